@@ -1,0 +1,5 @@
+import sys
+
+from kernelzero.cli import main
+
+sys.exit(main())

@@ -1,0 +1,56 @@
+"""The `kernelzero` command: parse arguments, hand off to one module per sub-command, render.
+
+Each sub-command lives in `kernelzero/commands/<name>_cmd.py` with `register(subparsers)` (adds its
+parser, keeps imports light) and a `run(args) -> int`. Exit codes: 0 when the command did its job
+(a verdict of any status counts), 2 for usage errors, 1 when KernelZero itself broke. No traceback
+is printed unless `--debug`.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Order is the order of `kernelzero --help`.
+COMMANDS = ["eval", "tasks", "report", "serve", "generate", "bench", "train"]
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for (bad path, bad option): exit code 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelzero",
+        description="Verified GPU kernels from language models: judge, propose, generate, train.")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"kernelzero.commands.{name}_cmd").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"kernelzero {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; finished results are saved", file=sys.stderr)
+        return 130
+    except Exception as e:  # KernelZero itself broke: one line, unless --debug
+        if args.debug:
+            raise
+        print(f"kernelzero {args.command}: internal error: {type(e).__name__}: {e} "
+              "(run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""`kernelzero eval`: judge one candidate, or a KernelBench run folder of samples, and store verdicts.
+
+    kernelzero eval REFERENCE.py CANDIDATE.py [--device cpu|cuda] [--json]
+    kernelzero eval --tasks TASK_DIR --samples SAMPLE_DIR [--db kernelzero.db] [--run NAME]
+
+Exit code 0 whenever verdicts were produced, whatever they say.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def add_eval_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by every command that judges (eval, generate, bench)."""
+    g = p.add_argument_group("judging")
+    g.add_argument("--device", choices=["cpu", "cuda"], default=None,
+                   help="where candidates run (default: cuda if a GPU is visible, else cpu)")
+    g.add_argument("--backend", choices=["auto", "triton", "cuda"], default="auto",
+                   help="kernel language of the candidates (default: detected from the source)")
+    g.add_argument("--policy", choices=["strict", "kernelbench"], default="strict",
+                   help="strict: compute only in own kernels; kernelbench: torch ops allowed")
+    g.add_argument("--tolerance", choices=["strict", "paper"], default="strict",
+                   help="strict: fp32 atol=rtol=1e-4 (fp16/bf16 1e-2); paper: 1e-2 everywhere")
+    g.add_argument("--trials", type=int, default=5, help="correctness trials (fresh inputs each)")
+    g.add_argument("--compile-baseline", action="store_true",
+                   help="also time torch.compile(Model) and report speedup_compile")
+    g.add_argument("--workers", type=int, default=None, help="candidates judged at once")
+    g.add_argument("--timeout", type=float, default=None,
+                   help="seconds allowed for correctness trials (and again for timing)")
+
+
+def eval_config_from_args(args):
+    from kernelzero.eval import EvalConfig
+    device = args.device or _default_device()
+    kw = dict(device=device, backend=args.backend, policy=args.policy, tolerance=args.tolerance,
+              correctness_trials=args.trials, compile_baseline=args.compile_baseline)
+    if args.workers:
+        kw["max_workers"] = args.workers
+    if args.timeout:
+        kw["run_timeout_s"] = args.timeout
+    try:
+        return EvalConfig(**kw)
+    except ValueError as e:
+        from kernelzero.cli import UsageError
+        raise UsageError(str(e)) from None
+
+
+def _default_device() -> str:
+    import shutil
+    return "cuda" if shutil.which("nvidia-smi") else "cpu"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("eval", help="judge candidate kernels against reference modules",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("reference", nargs="?", help="reference module file (Model, get_inputs, ...)")
+    p.add_argument("candidate", nargs="?", help="candidate file (ModelNew)")
+    p.add_argument("--tasks", help="task directory (level{L}/{id}_{Name}.py or flat)")
+    p.add_argument("--samples", help="samples directory (level_{L}_problem_{id}_sample_{s}_kernel.py)")
+    p.add_argument("--db", default="kernelzero.db", help="results store (SQLite file)")
+    p.add_argument("--run", default="default", help="run name in the store")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_eval_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from kernelzero.cli import UsageError
+    if args.tasks or args.samples:
+        if not (args.tasks and args.samples):
+            raise UsageError("batch mode needs both --tasks and --samples")
+        return _batch(args)
+    if not (args.reference and args.candidate):
+        raise UsageError("give REFERENCE.py CANDIDATE.py, or --tasks DIR --samples DIR")
+    return _single(args)
+
+
+def _single(args) -> int:
+    from kernelzero.cli import UsageError
+    from kernelzero.eval import Evaluator
+    from kernelzero.tasks import Candidate, Task
+    for path in (args.reference, args.candidate):
+        if not Path(path).is_file():
+            raise UsageError(f"no such file: {path}")
+    task = Task.from_file(args.reference)
+    cand = Candidate.from_file(args.candidate, backend=args.backend)
+    with Evaluator(eval_config_from_args(args)) as ev:
+        v = ev.judge(task, cand)
+    if args.json:
+        print(v.to_json())
+    else:
+        print(format_verdict(v))
+    return 0
+
+
+def format_verdict(v) -> str:
+    lines = [f"{v.status.upper()}: {v.reason}"]
+    lines.append(f"  backend {v.backend} · device {v.device} · policy {v.policy} · "
+                 f"trials {v.trials_passed}/{v.trials_run}")
+    if v.max_abs_err is not None:
+        lines.append(f"  max abs err {v.max_abs_err:.3g} · max rel err {v.max_rel_err:.3g}")
+    if v.runtime_ms:
+        ref = v.ref_runtime_ms
+        lines.append(f"  runtime {v.runtime_ms.median_ms:.4g} ms (IQR {v.runtime_ms.iqr_ms:.2g}, "
+                     f"n={v.runtime_ms.n})" + (f" · eager {ref.median_ms:.4g} ms" if ref else "") +
+                     (f" · speedup {v.speedup:.2f}x" if v.speedup else "") +
+                     (f" · vs compile {v.speedup_compile:.2f}x" if v.speedup_compile else ""))
+    elif v.status == "correct":
+        lines.append("  not timed (timing needs a GPU)")
+    if v.flags:
+        lines.append("  flags: " + ", ".join(v.flags))
+    return "\n".join(lines)
+
+
+def _pairs(tasks_dir: str, samples_dir: str, backend: str):
+    from kernelzero.cli import UsageError
+    from kernelzero.tasks import Candidate, find_samples, load_tasks
+    try:
+        tasks = load_tasks(tasks_dir)
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+    by_id = {(t.level, t.problem_id): t for t in tasks}
+    by_pid = {}
+    for t in tasks:
+        by_pid.setdefault(t.problem_id, []).append(t)
+    if not Path(samples_dir).is_dir():
+        raise UsageError(f"no samples directory at {samples_dir}")
+    pairs, orphans = [], []
+    for level, pid, sample, path in find_samples(samples_dir):
+        task = by_id.get((level, pid))
+        if task is None and len(by_pid.get(pid, [])) == 1 and by_pid[pid][0].level is None:
+            task = by_pid[pid][0]
+        if task is None:
+            orphans.append(path.name)
+            continue
+        pairs.append((task, Candidate.from_file(path, backend=backend)))
+    return pairs, orphans
+
+
+def _batch(args) -> int:
+    from tqdm import tqdm
+
+    from kernelzero.eval import Evaluator
+    from kernelzero.store import Store, verdict_key
+    pairs, orphans = _pairs(args.tasks, args.samples, args.backend)
+    if orphans:
+        print(f"{len(orphans)} sample(s) match no task, skipped (e.g. {orphans[0]})", file=sys.stderr)
+    cfg = eval_config_from_args(args)
+    store = Store(args.db)
+    counts: Counter = Counter()
+    with Evaluator(cfg, ref_cache=store) as ev:
+        env_key = ev.env_key()
+        keyed = [(verdict_key(t.hash, c.hash, cfg.device, env_key), t, c) for t, c in pairs]
+        todo = [(k, t, c) for k, t, c in keyed if store.get(k, run=args.run) is None]
+        done_before = len(keyed) - len(todo)
+        bar = tqdm(total=len(keyed), initial=done_before, desc="judging", unit="cand",
+                   disable=args.json, file=sys.stderr)
+
+        def on_verdict(i, v):
+            key, task, cand = todo[i]
+            store.put(key, v, run=args.run, task_key=task.key, sample_id=cand.sample_id,
+                      level=task.level, problem_id=task.problem_id)
+            counts[v.status] += 1
+            bar.update(1)
+            n = sum(counts.values())
+            bar.set_postfix(pass_rate=f"{counts['correct'] / n:.0%}", task=task.key)
+
+        try:
+            ev.judge_many([(t, c) for _, t, c in todo], on_verdict=on_verdict)
+        finally:
+            bar.close()
+    summary = {"run": args.run, "db": args.db, "total": len(keyed), "judged_now": len(todo),
+               "already_judged": done_before, "statuses": dict(counts)}
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"judged {len(todo)} candidate(s) ({done_before} already in {args.db}); "
+              + ", ".join(f"{k} {n}" for k, n in counts.most_common()))
+        print(f"metrics: kernelzero report --db {args.db} --run {args.run}")
+    return 0

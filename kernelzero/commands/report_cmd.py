@@ -1,0 +1,73 @@
+"""`kernelzero report`: summarize one run of the results store into tables, JSON and plots.
+
+Covers: argument parsing, choosing the run, and where the files go. The numbers come from
+`kernelzero.metrics`, the files from `kernelzero.report`, the records from `kernelzero.store`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report", help="summarize a run's verdicts: pass@k, fast_p, speedups (table, JSON, plots)",
+        description="Summarize the verdicts of one run in a results database: pass@k, fast_p "
+                    "against eager and torch.compile, geometric-mean speedup, each with a "
+                    "bootstrap 95% CI over tasks. Writes report.md, summary.json and PNG plots.")
+    p.add_argument("--db", default="kernelzero.db", help="results database (default: %(default)s)")
+    p.add_argument("--run", default=None,
+                   help="run to report (default: the most recent run in the database)")
+    p.add_argument("--out", default=None,
+                   help="directory for the report files (default: runs/<run>/)")
+    p.add_argument("--json", action="store_true", help="print one JSON document instead of tables")
+    p.add_argument("--boot", type=int, default=1000, metavar="N",
+                   help="bootstrap resamples for the confidence intervals; 0 = none "
+                        "(default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def _safe_dir_name(run: str) -> str:
+    """A run name as one path component (runs are free text; directories are not)."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", run).strip("._")
+    return name or "run"
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelzero.cli import UsageError
+    from kernelzero.metrics import summarize
+    from kernelzero.report import render_table, write_report
+    from kernelzero.store import Store, StoreError
+
+    db = Path(args.db)
+    if not db.is_file():
+        raise UsageError(f"no results database at {db} (judge something with --db {db} first, "
+                         "or point --db at an existing file)")
+    if args.boot < 0:
+        raise UsageError(f"--boot must be >= 0, got {args.boot}")
+    try:
+        store = Store(db)
+    except StoreError as e:
+        raise UsageError(str(e)) from e
+    with store:
+        runs = store.runs()
+        if not runs:
+            raise UsageError(f"{db} holds no verdicts yet")
+        name = args.run if args.run is not None else runs[-1]
+        if name not in runs:
+            raise UsageError(f"no run named {name!r} in {db}; runs: {', '.join(runs)}")
+        records = store.records(name)
+    summary = summarize(records, n_boot=args.boot)
+    summary = {"run": name, "db": str(db), **summary}
+    out = Path(args.out) if args.out else Path("runs") / _safe_dir_name(name)
+    files = write_report(summary, out, title=f"KernelZero report: {name}")
+    if args.json:
+        print(json.dumps({**summary, "files": {k: str(v) for k, v in files.items()}},
+                         allow_nan=False))
+    else:
+        print(f"run {name!r} in {db}")
+        print(render_table(summary), end="")
+        print(f"report written to {files['report.md']} ({len(files)} files in {out})")
+    return 0

@@ -1,0 +1,137 @@
+"""Comparing a candidate's outputs with the reference's, in the judge's own process.
+
+The contract, checked in this order (the first failure is the reason):
+1. structure: same nesting, tuple/list lengths, and kinds (tensor vs scalar vs None);
+2. tensors: exact `torch.Tensor` type (no subclass), no per-instance attributes, on the expected
+   device, same shape and dtype (no broadcasting);
+3. finiteness: finite wherever the reference is finite (NaN/Inf where it is not must match);
+4. values: elementwise |c - r| <= atol + rtol * |r| with the dtype's tolerance, AND a norm check
+   ||c - r|| / ||r|| <= rtol, so an all-zero answer never passes for a small but non-zero output.
+
+Integer and bool outputs must match exactly. Errors are computed in float64.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelzero.eval.tensorio import OtherOut, TensorOut
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    reason: str = ""
+    flags: list[str] = field(default_factory=list)
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+
+
+def compare_outputs(ref, cand, tolerance_for, expected_device: str) -> Comparison:
+    """`tolerance_for(dtype_name) -> (atol, rtol)`. Both sides come from `tensorio.decode`."""
+    res = Comparison(ok=True)
+    _walk(ref, cand, "output", tolerance_for, expected_device, res)
+    return res
+
+
+def _fail(res: Comparison, reason: str, flag: str) -> None:
+    if res.ok:
+        res.ok, res.reason = False, reason
+    if flag not in res.flags:
+        res.flags.append(flag)
+
+
+def _walk(ref, cand, where, tol, device, res: Comparison) -> None:
+    if not res.ok:
+        return
+    if isinstance(cand, OtherOut):
+        return _fail(res, f"{where} is a {cand.type_name}, not a tensor", "bad_output_type")
+    if isinstance(ref, (tuple, list)):
+        if not isinstance(cand, (tuple, list)):
+            return _fail(res, f"{where} should be a sequence of {len(ref)} items", "bad_structure")
+        if len(ref) != len(cand):
+            return _fail(res, f"{where} has {len(cand)} items, the reference has {len(ref)}",
+                         "bad_structure")
+        for i, (r, c) in enumerate(zip(ref, cand)):
+            _walk(r, c, f"{where}[{i}]", tol, device, res)
+        return
+    if isinstance(ref, TensorOut):
+        if not isinstance(cand, TensorOut):
+            return _fail(res, f"{where} should be a tensor, got {type(cand).__name__}",
+                         "bad_output_type")
+        return _compare_tensor(ref, cand, where, tol, device, res)
+    if ref is None:
+        if cand is not None:
+            _fail(res, f"{where} should be None", "bad_structure")
+        return
+    # Python scalar
+    if isinstance(cand, TensorOut) or isinstance(cand, (tuple, list)) or cand is None:
+        return _fail(res, f"{where} should be a Python scalar", "bad_output_type")
+    atol, rtol = tol("float32")
+    if not _close_scalar(float(ref), float(cand), atol, rtol):
+        _fail(res, f"{where} is {cand!r}, the reference gives {ref!r}", "value_mismatch")
+
+
+def _close_scalar(r: float, c: float, atol: float, rtol: float) -> bool:
+    if r != r:
+        return c != c
+    return abs(c - r) <= atol + rtol * abs(r)
+
+
+def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Comparison) -> None:
+    r, c = ref.tensor, cand.tensor
+    if not cand.exact_type:
+        return _fail(res, f"{where} is a tensor subclass; an exact torch.Tensor is required",
+                     "tensor_subclass")
+    if cand.instance_attrs:
+        return _fail(res, f"{where} carries per-instance attributes "
+                          f"({', '.join(cand.instance_attrs[:3])})", "instance_override")
+    if cand.device != device:
+        return _fail(res, f"{where} is on {cand.device}, expected {device}", "wrong_device")
+    if tuple(c.shape) != tuple(r.shape):
+        return _fail(res, f"{where} has shape {tuple(c.shape)}, the reference {tuple(r.shape)}",
+                     "shape_mismatch")
+    if c.dtype != r.dtype:
+        return _fail(res, f"{where} has dtype {str(c.dtype)[6:]}, the reference "
+                          f"{str(r.dtype)[6:]}", "dtype_mismatch")
+    if not (r.is_floating_point() or r.is_complex()):
+        if not torch.equal(r, c):
+            n = int((r != c).sum())
+            _fail(res, f"{where}: {n} of {r.numel()} integer values differ", "value_mismatch")
+        return
+    if r.numel() == 0:
+        return
+    r64, c64 = r.to(torch.complex128 if r.is_complex() else torch.float64), \
+        c.to(torch.complex128 if c.is_complex() else torch.float64)
+    r_fin, c_fin = torch.isfinite(r64), torch.isfinite(c64)
+    bad_fin = r_fin & ~c_fin
+    if bool(bad_fin.any()):
+        return _fail(res, f"{where} has {int(bad_fin.sum())} NaN/Inf values where the reference "
+                          "is finite", "non_finite")
+    # Non-finite reference positions must be matched exactly (same NaN / same signed Inf).
+    nf = ~r_fin
+    if bool(nf.any()):
+        same = (torch.isnan(r64) & torch.isnan(c64)) | (r64 == c64)
+        if not bool(same[nf].all()):
+            return _fail(res, f"{where} differs where the reference is NaN/Inf", "value_mismatch")
+    atol, rtol = tol(str(r.dtype).removeprefix("torch."))
+    diff = (c64 - r64).abs()[r_fin]
+    mag = r64.abs()[r_fin]
+    max_abs = float(diff.max()) if diff.numel() else 0.0
+    max_rel = float((diff / mag.clamp_min(atol)).max()) if diff.numel() else 0.0
+    res.max_abs_err = max(res.max_abs_err, max_abs)
+    res.max_rel_err = max(res.max_rel_err, max_rel)
+    bad = diff > atol + rtol * mag
+    if bool(bad.any()):
+        idx = int(torch.nonzero(bad)[0])
+        return _fail(res, f"{where}: {int(bad.sum())} of {r.numel()} values exceed the tolerance "
+                          f"(max abs err {max_abs:.3g}, atol {atol:g}, rtol {rtol:g}; first at "
+                          f"flat index {idx})", "value_mismatch")
+    ref_norm = float(mag.norm())
+    if ref_norm > 0:
+        rel_norm = float(diff.norm()) / ref_norm
+        if rel_norm > rtol:
+            _fail(res, f"{where}: relative error norm {rel_norm:.3g} exceeds {rtol:g} "
+                       "(the output is wrong relative to the reference's magnitude)",
+                  "relative_norm_mismatch")

@@ -1,0 +1,83 @@
+"""EvalConfig: every knob of the evaluator, documented once, validated when built."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+TOLERANCES = {
+    # name: {dtype: (atol, rtol)}; dtypes not listed use the fp32 entry.
+    "strict": {"float32": (1e-4, 1e-4), "float64": (1e-7, 1e-7),
+               "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)},
+    "paper": {"float32": (1e-2, 1e-2), "float64": (1e-2, 1e-2),
+              "float16": (1e-2, 1e-2), "bfloat16": (1e-2, 1e-2)},
+}
+
+
+@dataclass
+class EvalConfig:
+    """How candidates are judged.
+
+    device: `cpu` runs Triton through the interpreter (no timing); `cuda` compiles, runs and times.
+    backend: `auto` detects the kernel language from the source; `triton`/`cuda` force it.
+    policy: `strict` (work in own kernels; the default) or `kernelbench` (torch ops allowed).
+    tolerance: `strict` (fp32 atol=rtol=1e-4, fp16/bf16 1e-2) or `paper` (1e-2 everywhere).
+    correctness_trials: trials with fresh inputs from the secret seed schedule (at least 5).
+    hardening_trials: three more trials whose float inputs are re-drawn from other distributions
+        (signed normal, offset and scaled, heavy-tailed), counted where the reference stays finite.
+    timing: whether to time on a GPU (ignored on CPU, where timing fields stay null).
+    timing_warmup: untimed calls before timing.
+    timing_min_trials / timing_max_trials: the stopping rule is "at least min trials, then stop
+        once the IQR is within timing_rel_spread of the median, or max trials, or the budget".
+    timing_budget_s: wall-clock budget for the timed calls of one module.
+    timing_checked_calls: timed calls whose outputs are sent back and re-checked.
+    compile_baseline: also time `torch.compile(Model)` and report `speedup_compile`.
+    load_timeout_s: limit for importing/compiling a candidate and building it.
+    run_timeout_s: limit for the correctness trials (all of them) and again for timing.
+    max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
+    seed: the secret seed of the input schedule; None draws one from os.urandom per evaluator.
+    """
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    backend: Literal["auto", "triton", "cuda"] = "auto"
+    policy: Literal["strict", "kernelbench"] = "strict"
+    tolerance: Literal["strict", "paper"] = "strict"
+    correctness_trials: int = 5
+    hardening_trials: bool = True
+    timing: bool = True
+    timing_warmup: int = 3
+    timing_min_trials: int = 20
+    timing_max_trials: int = 100
+    timing_rel_spread: float = 0.02
+    timing_budget_s: float = 5.0
+    timing_checked_calls: int = 3
+    compile_baseline: bool = False
+    load_timeout_s: float = 300.0
+    run_timeout_s: float = 120.0
+    max_workers: int = 4
+    seed: int | None = None
+    work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)
+    extra_flags: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        choices = {"device": ("cpu", "cuda"), "backend": ("auto", "triton", "cuda"),
+                   "policy": ("strict", "kernelbench"), "tolerance": tuple(TOLERANCES)}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"EvalConfig.{name}={getattr(self, name)!r}: choose one of {allowed}")
+        if self.correctness_trials < 1:
+            raise ValueError("EvalConfig.correctness_trials must be >= 1 (5 or more recommended)")
+        if not 1 <= self.timing_min_trials <= self.timing_max_trials:
+            raise ValueError("EvalConfig needs 1 <= timing_min_trials <= timing_max_trials")
+        if self.max_workers < 1:
+            raise ValueError("EvalConfig.max_workers must be >= 1")
+        for name in ("load_timeout_s", "run_timeout_s", "timing_budget_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"EvalConfig.{name} must be positive")
+
+    def tolerance_for(self, dtype: str) -> tuple[float, float]:
+        table = TOLERANCES[self.tolerance]
+        return table.get(dtype, table["float32"])
+
+    @property
+    def timed(self) -> bool:
+        return self.timing and self.device == "cuda"

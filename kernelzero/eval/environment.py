@@ -1,0 +1,42 @@
+"""The environment block of a verdict, and the keys that make cached results comparable.
+
+A verdict is only comparable with another judged under the same torch, triton, GPU, tolerance and
+policy; `env_key` hashes exactly those fields so the store never mixes them.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+import sys
+from dataclasses import asdict
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return importlib.metadata.version(pkg)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def environment(cfg, limits, gpu_name: str | None) -> dict:
+    import torch
+    return {
+        "torch": torch.__version__, "triton": _version("triton"), "python": sys.version.split()[0],
+        "platform": platform.platform(terse=True), "device": cfg.device,
+        "gpu": gpu_name if cfg.device == "cuda" else None,
+        "policy": cfg.policy, "tolerance": cfg.tolerance,
+        "sandbox": asdict(limits),
+    }
+
+
+def env_key(env: dict) -> str:
+    fields = {k: env.get(k) for k in ("torch", "triton", "device", "gpu", "policy", "tolerance")}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def ref_timing_key(task_hash: str, env: dict, cfg) -> str:
+    parts = [task_hash, env.get("gpu"), env.get("torch"), cfg.timing_warmup, cfg.timing_min_trials,
+             cfg.timing_max_trials, cfg.timing_rel_spread, cfg.compile_baseline]
+    return "ref:" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]

@@ -1,0 +1,410 @@
+"""Evaluator: judge candidates against reference modules and return a `Verdict` for each.
+
+The pipeline for one (task, candidate) pair, every step in the judge's own process except where
+it says "worker":
+1. static checks of the text (empty, no `ModelNew`, syntax error, CUDA code on a CPU machine);
+2. the reference runs once per task in its own worker on the secret seed schedule (cached);
+3. the candidate loads in a fresh worker (import, compile, build, reference weights loaded);
+4. correctness trials, then (on a GPU) timing with re-checked timed calls, the GPU held
+   exclusively by this judge for both; outputs come back as bytes and are compared here;
+5. the worker is killed and its directory removed, whatever happened.
+
+Several candidates are judged at once (`max_workers`): their imports and compiles overlap while
+the GPU phases are serialised by `GpuLock`.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelzero.eval.compare import compare_outputs
+from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
+                                       _maybe_lock)
+from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
+from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
+from kernelzero.eval.verdict import Timing, Verdict
+from kernelzero.tasks.task import (Candidate, Task, static_check_candidate, static_check_task)
+
+
+@dataclass
+class ReferenceProbe:
+    """What `probe_reference` learned about a reference module (used by the audit and Proposer)."""
+
+    ok: bool
+    reason: str = ""
+    outputs: list = field(default_factory=list)   # per seed: list of CPU tensors / scalars
+    inputs: list = field(default_factory=list)    # per seed: list of CPU tensors / values
+    runtime_ms: Timing | None = None
+    mutated_inputs: list[int] = field(default_factory=list)
+    peak_mem_bytes: int | None = None
+
+
+def _plain(obj):
+    """TensorOut trees -> plain tensors (for callers outside the judge)."""
+    if isinstance(obj, TensorOut):
+        return obj.tensor
+    if isinstance(obj, (tuple, list)):
+        return [_plain(x) for x in obj]
+    return obj
+
+
+def _flatten_outputs(obj) -> list:
+    out = _plain(obj)
+    return list(out) if isinstance(out, list) else [out]
+
+
+class Evaluator:
+    def __init__(self, config: EvalConfig | None = None, ref_cache=None,
+                 limits: SandboxLimits | None = None):
+        self.config = config or EvalConfig()
+        self.limits = limits or SandboxLimits(
+            threads=max(1, (os.cpu_count() or 1) // self.config.max_workers))
+        self.ref_cache = ref_cache  # optional: get_ref_timing(key) / put_ref_timing(key, dict)
+        self._secret = self.config.seed if self.config.seed is not None else new_secret()
+        self._refs: dict[str, ReferenceRun] = {}
+        self._ref_locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._task_files: dict[str, str] = {}
+        self._tmp = Path(self.config.work_dir or _default_work_dir())
+        self._tmp.mkdir(parents=True, exist_ok=True)
+        self._gpu_name: str | None = _probe_gpu() if self.config.device == "cuda" else None
+        self._live: set[SandboxWorker] = set()
+        self.aborted = False
+
+    # ------------------------------------------------------------------ public API
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self._refs.clear()
+
+    def abort(self) -> None:
+        """Kill every worker now (Ctrl-C). Verdicts still in flight are discarded, not stored."""
+        self.aborted = True
+        for w in list(self._live):
+            w.kill()
+
+    def judge(self, task: Task, candidate: Candidate) -> Verdict:
+        t0 = time.perf_counter()
+        v = self._judge(task, candidate)
+        v.wall_s = time.perf_counter() - t0
+        v.task_hash, v.candidate_hash = task.hash, candidate.hash
+        v.device, v.policy = self.config.device, self.config.policy
+        v.env = self.env()
+        return v
+
+    def judge_many(self, pairs, on_verdict=None) -> list[Verdict]:
+        """Judge (task, candidate) pairs in parallel; results in the order given."""
+        pairs = list(pairs)
+        results: list[Verdict | None] = [None] * len(pairs)
+
+        def work(i):
+            if self.aborted:
+                return None
+            v = self.judge(*pairs[i])
+            if self.aborted:  # killed mid-judgement: not a real verdict
+                return None
+            results[i] = v
+            if on_verdict is not None:
+                on_verdict(i, v)
+            return v
+
+        # Tasks in order so their references are computed once and reused.
+        order = sorted(range(len(pairs)), key=lambda i: pairs[i][0].hash)
+        pool = ThreadPoolExecutor(max_workers=self.config.max_workers)
+        try:
+            futures = [pool.submit(work, i) for i in order]
+            for f in futures:
+                f.result()
+        except BaseException:
+            self.abort()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        return results  # type: ignore[return-value]
+
+    def probe_reference(self, task: Task, seeds: list[int], init_seed: int = 0,
+                        return_inputs: bool = False, time: bool = False) -> ReferenceProbe:
+        """Run a reference module on given seeds (task distribution) in a sandbox."""
+        problem = static_check_task(task.source)
+        if problem:
+            return ReferenceProbe(False, problem)
+        sched = Schedule([Trial(int(s)) for s in seeds], self._schedule(task).timing_seeds, [])
+        run = run_reference(self._task_file(task), self.config, sched, self.limits,
+                            time_it=time and self.config.timed, init_seed=init_seed,
+                            want_inputs=return_inputs)
+        if not run.ok:
+            return ReferenceProbe(False, run.reason)
+        results = [run.trials[Trial(int(s))] for s in seeds]
+        return ReferenceProbe(
+            True, outputs=[_flatten_outputs(r.outputs) for r in results],
+            inputs=[_flatten_outputs(r.inputs) if r.inputs is not None else [] for r in results],
+            runtime_ms=run.timing, peak_mem_bytes=run.peak_mem_bytes,
+            mutated_inputs=sorted({i for r in results for i in r.mutated}))
+
+    def env(self) -> dict:
+        from kernelzero.eval.environment import environment
+        return environment(self.config, self.limits, self._gpu_name)
+
+    def env_key(self) -> str:
+        from kernelzero.eval.environment import env_key
+        return env_key(self.env())
+
+    # ------------------------------------------------------------------ internals
+    def _schedule(self, task: Task) -> Schedule:
+        c = self.config
+        return make_schedule(self._secret, task.hash, c.correctness_trials,
+                             HARDENING_DISTS if c.hardening_trials else (),
+                             c.timing_max_trials, c.timing_checked_calls, c.timing_min_trials)
+
+    def _task_file(self, task: Task) -> str:
+        """Workers import the reference from a real file that this judge wrote and controls."""
+        with self._guard:
+            path = self._task_files.get(task.hash)
+            if path is None:
+                d = self._tmp / "tasks"
+                d.mkdir(parents=True, exist_ok=True)
+                path = str(d / f"task_{task.hash}.py")
+                Path(path).write_text(task.source, encoding="utf-8")
+                self._task_files[task.hash] = path
+        return path
+
+    def _reference(self, task: Task) -> ReferenceRun:
+        with self._guard:
+            lock = self._ref_locks.setdefault(task.hash, threading.Lock())
+        with lock:
+            if task.hash in self._refs:
+                return self._refs[task.hash]
+            problem = static_check_task(task.source)
+            if problem:
+                run = ReferenceRun(False, problem)
+            else:
+                run = self._run_reference(task)
+            with self._guard:
+                if len(self._refs) >= 8:  # outputs can be large on a GPU: keep a few tasks
+                    self._refs.pop(next(iter(self._refs)))
+                self._refs[task.hash] = run
+            return run
+
+    def _run_reference(self, task: Task) -> ReferenceRun:
+        cfg = self.config
+        cache_key = None
+        cached = None
+        if cfg.timed and self.ref_cache is not None:
+            from kernelzero.eval.environment import ref_timing_key
+            cache_key = ref_timing_key(task.hash, self.env(), cfg)
+            cached = self.ref_cache.get_ref_timing(cache_key)
+        run = run_reference(self._task_file(task), cfg, self._schedule(task), self.limits,
+                            time_it=cfg.timed and cached is None)
+        if run.gpu:
+            self._gpu_name = run.gpu
+        if run.ok and cached is not None:
+            run.timing = Timing(**cached["eager"])
+            if cached.get("compile"):
+                run.compile_timing = Timing(**cached["compile"])
+        elif run.ok and cache_key is not None and run.timing is not None:
+            import dataclasses
+            self.ref_cache.put_ref_timing(cache_key, {
+                "eager": dataclasses.asdict(run.timing),
+                "compile": dataclasses.asdict(run.compile_timing) if run.compile_timing else None})
+        return run
+
+    def _judge(self, task: Task, cand: Candidate) -> Verdict:
+        cfg = self.config
+        backend = cand.resolved_backend() if cfg.backend == "auto" else cfg.backend
+        problem = static_check_candidate(cand.source)
+        if problem:
+            return Verdict(status=problem[0], reason=problem[1], backend=backend)
+        if backend == "cuda" and cfg.device == "cpu":
+            return Verdict(status="rejected", backend=backend,
+                           reason="CUDA candidates need a GPU (this evaluator runs on the CPU)")
+        from kernelzero.eval.policy import static_policy_check
+        refusal = static_policy_check(cand.source, task.source, cfg.policy)
+        if refusal:
+            return Verdict(status="rejected", reason=refusal[0], flags=refusal[1], backend=backend)
+        ref = self._reference(task)
+        if not ref.ok:
+            return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
+        return self._judge_in_worker(task, cand, ref, backend)
+
+    def _judge_in_worker(self, task: Task, cand: Candidate, ref: ReferenceRun, backend: str) -> Verdict:
+        cfg = self.config
+        build = self._tmp / "builds" / cand.hash  # one build cache per candidate source
+        with SandboxWorker(cfg.device, self.limits, cfg.work_dir, build_dir=str(build),
+                           name="cand") as w:
+            self._live.add(w)
+            cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
+            Path(cand_path).write_text(cand.source, encoding="utf-8")
+            phase = "load"
+            try:
+                w.start()
+                info = w.request({"op": "load", "role": "candidate", "task_path": self._task_file(task),
+                                  "candidate_path": cand_path, "device": cfg.device,
+                                  "init_seed": 0}, cfg.load_timeout_s)
+                if not info.get("ok"):
+                    return Verdict(status=_status(info.get("status")), backend=backend,
+                                   reason=_loading_reason(info), log_tail=w.log_tail())
+                phase = "run"
+                with _maybe_lock(cfg):
+                    v, stats = self._correctness(w, ref, backend)
+                    if v is None and cfg.timed:
+                        phase = "time"
+                        v = self._timing(w, ref, backend, stats)
+                    elif v is None:
+                        v = self._correct_verdict(backend, None, ref, stats)
+                v.log_tail = w.log_tail()
+                return v
+            except WorkerTimeout:
+                limit = cfg.load_timeout_s if phase == "load" else cfg.run_timeout_s
+                return Verdict(status="timeout", backend=backend, log_tail=w.log_tail(),
+                               reason=f"the candidate did not finish {phase}ing within {limit:g} s; "
+                                      "its process group was killed")
+            except WorkerDied as e:
+                return Verdict(status="runtime_error", backend=backend, log_tail=w.log_tail(),
+                               reason=f"while {phase}ing, {e}")
+            except (DecodeError, KeyError, TypeError, ValueError) as e:
+                return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
+                               reason=f"the candidate's outputs could not be read: {e}")
+            finally:
+                self._live.discard(w)
+
+    def _correctness(self, w: SandboxWorker, ref: ReferenceRun, backend: str):
+        """(failing verdict, None), or (None, (trials, max abs err, max rel err)) when all matched."""
+        cfg = self.config
+        trials = list(ref.trials)
+        reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials],
+                           "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
+        if not reply.get("ok"):
+            return Verdict(status=_status(reply.get("status")), backend=backend,
+                           reason=f"raised during the correctness trials: {reply.get('reason')}"), None
+        if cfg.policy == "strict":
+            from kernelzero.eval.policy import forbidden_ops
+            first = (reply.get("trials") or [{}])[0]
+            if "aten_ops" not in first:
+                return Verdict(status="rejected", backend=backend, flags=["op_log_missing"],
+                               reason="strict policy: the op log of the first call is missing"), None
+            bad = forbidden_ops(first["aten_ops"])
+            if bad:
+                return Verdict(status="rejected", backend=backend, flags=["forbidden_op"],
+                               reason="strict policy: ModelNew.forward ran PyTorch compute ops "
+                                      f"({', '.join(bad[:6])}); compute must happen in its own "
+                                      "kernels"), None
+        results = decode_trials(w, reply)
+        if len(results) != len(trials):
+            return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
+                           reason="the candidate process returned the wrong number of trials"), None
+        worst_abs = worst_rel = 0.0
+        for n, (t, got) in enumerate(zip(trials, results)):
+            exp = ref.trials[t]
+            v = self._check_trial(exp, got, f"trial {n + 1} ({t.dist} inputs)", backend, n)
+            if isinstance(v, Verdict):
+                v.trials_run = len(trials)
+                return v, None
+            worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
+        return None, (len(trials), worst_abs, worst_rel)
+
+    def _check_trial(self, exp, got, label: str, backend: str, passed: int):
+        cfg = self.config
+        tol = cfg.tolerance_for
+        if exp.digest and abs(got.digest - exp.digest) > 1e-9 * max(1.0, abs(exp.digest)):
+            return Verdict(status="rejected", backend=backend, trials_passed=passed,
+                           flags=["input_generation_tampered"],
+                           reason=f"{label}: the inputs in the candidate's process differ from the "
+                                  "reference's (input generation was altered)")
+        extra = sorted(set(got.mutated) - set(exp.mutated))
+        if extra:
+            return Verdict(status="incorrect", backend=backend, trials_passed=passed,
+                           flags=["input_mutated"],
+                           reason=f"{label}: the candidate changed input(s) {extra} in place; "
+                                  "the reference does not")
+        cmp = compare_outputs(exp.outputs, got.outputs, tol, cfg.device)
+        if cmp.ok and exp.mutated:
+            if sorted(got.mutated) != sorted(exp.mutated):
+                return Verdict(status="incorrect", backend=backend, trials_passed=passed,
+                               flags=["input_mutation_missing"],
+                               reason=f"{label}: the reference updates input(s) {exp.mutated} in "
+                                      "place, the candidate does not")
+            cmp2 = compare_outputs(exp.inputs_after, got.inputs_after, tol, cfg.device)
+            if not cmp2.ok:
+                cmp = cmp2
+                cmp.reason = "in-place updated input: " + cmp.reason
+        if not cmp.ok:
+            return Verdict(status="incorrect", backend=backend, trials_passed=passed,
+                           flags=cmp.flags, reason=f"{label}: {cmp.reason}",
+                           max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err)
+        return cmp.max_abs_err, cmp.max_rel_err
+
+    def _timing(self, w: SandboxWorker, ref: ReferenceRun, backend: str, stats) -> Verdict:
+        sched = ref.schedule
+        reply = time_module(w, self.config, sched, ref.l2_bytes, checked=sched.checked)
+        if not reply.get("ok"):
+            return Verdict(status=_status(reply.get("status")), backend=backend,
+                           reason=f"raised during the timed calls: {reply.get('reason')}")
+        for idx, exp in ref.timed.items():
+            item = reply.get("outputs", {}).get(str(idx))
+            if item is None:
+                return Verdict(status="incorrect", backend=backend, flags=["timed_output_missing"],
+                               reason=f"timed call {idx} produced no output to re-check")
+            got = decode(item["desc"], os.path.join(w.dir, item["file"]))
+            cmp = compare_outputs(exp.outputs, got, self.config.tolerance_for, self.config.device)
+            if not cmp.ok:
+                return Verdict(status="incorrect", backend=backend,
+                               flags=cmp.flags + ["timed_output_mismatch"],
+                               reason=f"timed call {idx} (fresh inputs): {cmp.reason}")
+        timing = Timing.from_samples([float(x) for x in reply["times_ms"]])
+        return self._correct_verdict(backend, timing, ref, stats)
+
+    def _correct_verdict(self, backend: str, timing: Timing | None, ref: ReferenceRun,
+                         stats) -> Verdict:
+        n, worst_abs, worst_rel = stats
+        v = Verdict(status="correct", backend=backend, trials_run=n, trials_passed=n,
+                    max_abs_err=worst_abs, max_rel_err=worst_rel,
+                    reason=f"all {n} correctness trials matched the reference "
+                           f"(max abs err {worst_abs:.2g})")
+        if timing is not None:
+            v.runtime_ms, v.ref_runtime_ms = timing, ref.timing
+            if ref.timing and timing.median_ms > 0:
+                v.speedup = ref.timing.median_ms / timing.median_ms
+                v.reason += f"; {timing.median_ms:.4g} ms vs {ref.timing.median_ms:.4g} ms eager " \
+                            f"({v.speedup:.2f}x)"
+            if ref.compile_timing and timing.median_ms > 0:
+                v.ref_compile_runtime_ms = ref.compile_timing
+                v.speedup_compile = ref.compile_timing.median_ms / timing.median_ms
+        return v
+
+
+def _status(s) -> str:
+    return s if s in ("compile_error", "runtime_error", "format_error", "timeout") else "runtime_error"
+
+
+def _loading_reason(info: dict) -> str:
+    phase = info.get("phase")
+    where = {"import": "failed to import/compile", "init": "failed to build ModelNew"}.get(phase, "failed to load")
+    return f"the candidate {where}: {info.get('reason')}"
+
+
+def _probe_gpu() -> str | None:
+    """The GPU's name, asked of a throwaway process so the judge never initialises CUDA itself."""
+    import subprocess
+    import sys
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"],
+                             capture_output=True, text=True, timeout=120)
+        return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def _default_work_dir() -> str:
+    import tempfile
+    return os.path.join(tempfile.gettempdir(), f"kernelzero-{os.getuid()}")

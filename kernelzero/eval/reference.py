@@ -1,0 +1,150 @@
+"""Running the reference module in its own clean sandboxed process.
+
+The reference (which the Proposer may have written, so it is untrusted too) runs every trial of
+the schedule once per task: correctness inputs, hardening inputs, and the inputs of the timed
+calls whose outputs will be re-checked. Its outputs come back to the judge and stay there; no
+candidate process ever holds them. On a GPU it is then timed exactly like a candidate.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.gpu_lock import GpuLock
+from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.schedule import Schedule, Trial
+from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
+from kernelzero.eval.verdict import Timing
+
+
+@dataclass
+class TrialResult:
+    outputs: object                 # decoded (TensorOut / scalar / sequence)
+    digest: float                   # checksum of the inputs the worker generated
+    mutated: list[int]              # inputs the module changed in place
+    inputs_after: object = None     # decoded values of the mutated inputs after the call
+    inputs: object = None           # decoded pristine inputs (probe only)
+
+
+@dataclass
+class ReferenceRun:
+    ok: bool
+    reason: str = ""
+    trials: dict[Trial, TrialResult] = field(default_factory=dict)
+    timed: dict[int, TrialResult] = field(default_factory=dict)  # checked timed-call index -> result
+    timing: Timing | None = None
+    compile_timing: Timing | None = None
+    gpu: str | None = None
+    l2_bytes: int | None = None
+    peak_mem_bytes: int | None = None
+    log_tail: str = ""
+    schedule: Schedule | None = None
+
+
+def _finite(obj) -> bool:
+    import torch
+    if isinstance(obj, TensorOut):
+        t = obj.tensor
+        return not (t.is_floating_point() or t.is_complex()) or bool(torch.isfinite(t).all())
+    if isinstance(obj, (tuple, list)):
+        return all(_finite(x) for x in obj)
+    if isinstance(obj, float):
+        return obj == obj and abs(obj) != float("inf")
+    return True
+
+
+def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False) -> list[TrialResult]:
+    out = []
+    for t in reply["trials"]:
+        res = TrialResult(outputs=decode(t["outputs"]["desc"], os.path.join(worker.dir, t["outputs"]["file"])),
+                          digest=float(t.get("input_digest", 0.0)),
+                          mutated=[int(i) for i in t.get("mutated", [])])
+        if "inputs_after" in t:
+            res.inputs_after = decode(t["inputs_after"]["desc"],
+                                      os.path.join(worker.dir, t["inputs_after"]["file"]))
+        if want_inputs and "inputs" in t:
+            res.inputs = decode(t["inputs"]["desc"], os.path.join(worker.dir, t["inputs"]["file"]))
+        out.append(res)
+    return out
+
+
+def time_module(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule, l2_bytes: int | None,
+                compile_: bool = False, checked: list[int] | None = None) -> dict:
+    """Send the `time` command (caller holds the GPU lock). Returns the raw reply."""
+    flush = max(4 * (l2_bytes or 50 * 2**20), 64 * 2**20)
+    msg = {"op": "time", "seeds": schedule.timing_seeds, "checked": checked or [],
+           "warmup": cfg.timing_warmup, "min_trials": cfg.timing_min_trials,
+           "max_trials": cfg.timing_max_trials, "rel_spread": cfg.timing_rel_spread,
+           "budget_s": cfg.timing_budget_s, "flush_bytes": flush, "compile": compile_}
+    timeout = cfg.run_timeout_s + cfg.timing_budget_s + (cfg.load_timeout_s if compile_ else 0)
+    return worker.request(msg, timeout)
+
+
+def run_reference(task_path: str, cfg: EvalConfig, schedule: Schedule, limits: SandboxLimits,
+                  time_it: bool, init_seed: int = 0, want_inputs: bool = False,
+                  extra_trials: list[Trial] | None = None) -> ReferenceRun:
+    trials = list(schedule.correctness) + [Trial(s) for s in
+                                           (schedule.timing_seeds[i] for i in schedule.checked)]
+    trials += extra_trials or []
+    with SandboxWorker(cfg.device, limits, cfg.work_dir, name="ref") as w:
+        try:
+            w.start()
+            info = w.request({"op": "load", "role": "reference", "task_path": task_path,
+                              "device": cfg.device, "init_seed": init_seed}, cfg.load_timeout_s)
+            if not info.get("ok"):
+                return ReferenceRun(False, f"the reference failed to load: {info.get('reason')}",
+                                    log_tail=w.log_tail())
+            run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
+                               schedule=schedule)
+            with _maybe_lock(cfg):
+                reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials],
+                                   "return_inputs": want_inputs}, cfg.run_timeout_s * 2)
+                if not reply.get("ok"):
+                    return ReferenceRun(False, f"the reference failed to run: {reply.get('reason')}",
+                                        log_tail=w.log_tail())
+                results = decode_trials(w, reply, want_inputs)
+                run.peak_mem_bytes = reply.get("peak_mem_bytes")
+                n_corr = len(schedule.correctness)
+                for t, r in zip(trials[:n_corr], results[:n_corr]):
+                    # Hardening inputs only count where the reference itself stays finite.
+                    if t.dist == "task" or _finite(r.outputs):
+                        run.trials[t] = r
+                for idx, r in zip(schedule.checked, results[n_corr:n_corr + len(schedule.checked)]):
+                    run.timed[idx] = r
+                for t, r in zip(trials[n_corr + len(schedule.checked):],
+                                results[n_corr + len(schedule.checked):]):
+                    run.trials[t] = r
+                if time_it:
+                    run.timing = _timing(time_module(w, cfg, schedule, run.l2_bytes))
+                    if cfg.compile_baseline:
+                        run.compile_timing = _timing(time_module(w, cfg, schedule, run.l2_bytes,
+                                                                 compile_=True))
+            run.log_tail = w.log_tail()
+            return run
+        except WorkerTimeout:
+            return ReferenceRun(False, "the reference did not finish within its time limit",
+                                log_tail=w.log_tail())
+        except WorkerDied as e:
+            return ReferenceRun(False, f"the reference crashed: {e}", log_tail=w.log_tail())
+        except (DecodeError, KeyError, TypeError, ValueError) as e:
+            return ReferenceRun(False, f"the reference returned unusable outputs: {e}",
+                                log_tail=w.log_tail())
+
+
+def _timing(reply: dict) -> Timing | None:
+    if not reply.get("ok") or not reply.get("times_ms"):
+        return None
+    return Timing.from_samples([float(x) for x in reply["times_ms"]])
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _maybe_lock(cfg: EvalConfig):
+    return GpuLock() if cfg.device == "cuda" else _NoLock()

@@ -1,0 +1,203 @@
+"""SandboxWorker: a fresh, isolated Python process that runs untrusted module code.
+
+What it gives: a new `python -I` process (no user site, no PYTHON* variables, no cwd on sys.path)
+in its own session (process group), a private temp directory as working directory and HOME, a
+scrubbed environment with per-worker `TORCH_EXTENSIONS_DIR` / `TRITON_CACHE_DIR`, rlimits set in
+the child before any untrusted code loads, and a wall-clock deadline on every request after which
+the whole process group is killed. Replies come on the child's stdout, which the child keeps for
+itself; everything the module prints goes to `worker.log`.
+
+What it does not give: a kernel-level jail. A candidate can read files the user can read. Network
+isolation is added where the OS allows it (see `SandboxLimits.no_network`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from kernelzero.eval.worker import main; main()"
+PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
+            "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
+            "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS", "NCCL_NVLS_ENABLE",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_PTXAS_PATH")
+MAX_REPLY_BYTES = 16 * 2**20
+
+
+@dataclass
+class SandboxLimits:
+    """Per-worker resource limits (reported in every verdict's `env.sandbox`).
+
+    cpu_s: CPU seconds for the worker process (RLIMIT_CPU).
+    file_bytes: largest file the worker may write (RLIMIT_FSIZE); outputs are written as files.
+    address_space_bytes: RLIMIT_AS; None on CUDA, whose driver reserves huge virtual ranges.
+    nofile: open file descriptors.
+    threads: torch intra-op threads in the worker (OMP_NUM_THREADS).
+    """
+
+    cpu_s: int = 1800
+    file_bytes: int = 16 * 2**30
+    address_space_bytes: int | None = None
+    nofile: int = 4096
+    threads: int = 1
+
+    def rlimits(self) -> dict:
+        return {"RLIMIT_CORE": 0, "RLIMIT_CPU": self.cpu_s, "RLIMIT_FSIZE": self.file_bytes,
+                "RLIMIT_AS": self.address_space_bytes, "RLIMIT_NOFILE": self.nofile}
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class WorkerDied(Exception):
+    pass
+
+
+def _shm_root() -> str | None:
+    d = "/dev/shm"
+    return d if os.path.isdir(d) and os.access(d, os.W_OK) else None
+
+
+class SandboxWorker:
+    """One untrusted process. Use as a context manager; `request()` sends one command."""
+
+    def __init__(self, device: str, limits: SandboxLimits, work_root: str | None = None,
+                 build_dir: str | None = None, name: str = "worker"):
+        self.device, self.limits, self.name = device, limits, name
+        self.dir = tempfile.mkdtemp(prefix=f"kz-{name}-", dir=work_root or _shm_root())
+        self.build_dir = build_dir or os.path.join(self.dir, "build")
+        self.proc: subprocess.Popen | None = None
+        self._buf = b""
+
+    # ------------------------------------------------------------------ lifecycle
+    def _env(self) -> dict:
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update(HOME=self.dir, TMPDIR=self.dir, PYTHONDONTWRITEBYTECODE="1",
+                   TORCH_EXTENSIONS_DIR=os.path.join(self.build_dir, "torch_extensions"),
+                   TRITON_CACHE_DIR=os.path.join(self.build_dir, "triton"),
+                   OMP_NUM_THREADS=str(self.limits.threads), MKL_NUM_THREADS=str(self.limits.threads),
+                   KZ_RLIMITS=json.dumps(self.limits.rlimits()))
+        if self.device == "cpu":
+            env["TRITON_INTERPRET"] = "1"
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        log = open(os.path.join(self.dir, "boot.log"), "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-c", BOOT, PACKAGE_ROOT], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env=self._env(),
+            start_new_session=True, close_fds=True)
+        log.close()
+        hello = self._read(time.monotonic() + timeout_s)
+        if not hello.get("ready"):
+            raise WorkerDied("worker did not start")
+
+    def close(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ protocol
+    def request(self, msg: dict, timeout_s: float) -> dict:
+        """Send one command; return the reply or raise WorkerTimeout / WorkerDied."""
+        try:
+            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._death_reason()) from None
+        return self._read(time.monotonic() + timeout_s)
+
+    def _read(self, deadline: float) -> dict:
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerTimeout("no answer before the deadline")
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                raise WorkerDied(self._death_reason())
+            self._buf += chunk
+            if len(self._buf) > MAX_REPLY_BYTES:
+                self.kill()
+                raise WorkerDied("the worker sent an oversized reply")
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            reply = json.loads(line)
+        except ValueError:
+            raise WorkerDied("the worker sent a malformed reply") from None
+        if not isinstance(reply, dict):
+            raise WorkerDied("the worker sent a malformed reply")
+        return reply
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _death_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "the worker stopped answering"
+        if code < 0:
+            try:
+                sig = signal.Signals(-code).name
+            except ValueError:
+                sig = f"signal {-code}"
+            hint = {"SIGSEGV": " (segmentation fault)", "SIGKILL": " (killed; out of memory?)",
+                    "SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)",
+                    "SIGABRT": " (aborted)", "SIGBUS": " (bus error)"}.get(sig, "")
+            return f"the process crashed with {sig}{hint}"
+        return f"the process exited with code {code} before answering"
+
+    def log_tail(self, n_chars: int = 2000) -> str:
+        out = []
+        for name in ("boot.log", "worker.log"):
+            p = os.path.join(self.dir, name)
+            try:
+                with open(p, "rb") as f:
+                    f.seek(max(0, os.path.getsize(p) - n_chars))
+                    out.append(f.read().decode("utf-8", "replace"))
+            except OSError:
+                pass
+        return "".join(out)[-n_chars:]
+
+    def limits_report(self) -> dict:
+        return asdict(self.limits)

@@ -1,0 +1,364 @@
+"""The sandboxed worker: the only place where a reference module or a candidate runs.
+
+Started by `sandbox.SandboxWorker` as a fresh `python -I` process in a private temp directory with a
+scrubbed environment. It reads one JSON command per line on stdin and answers one JSON line on a
+private copy of the original stdout; the candidate's own prints go to a log file (fd 1 and 2 are
+redirected), so nothing it prints can be mistaken for a reply.
+
+Commands: `load` (import the module file, build the model under a seed), `run` (fresh inputs per
+seed, forward, write outputs), `time` (CUDA-event timing with fresh inputs every call), `exit`.
+
+What this file does NOT defend against: a candidate can, in principle, forge this process's
+replies. The judge therefore trusts only the outputs it compares itself, checks timings for
+plausibility, and treats every claim in a reply as advisory.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+
+_REPLY = None  # file object on the private reply fd
+
+
+def _reply(obj: dict) -> None:
+    _REPLY.write(json.dumps(obj) + "\n")
+    _REPLY.flush()
+
+
+def _one_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    first = next((m for m in msg if m.strip()), "")
+    # Build failures put the useful line (the compiler error) deep in the message.
+    err = next((m.strip() for m in msg if "error" in m.lower() and m.strip() != first), "")
+    text = f"{type(e).__name__}: {first}" + (f" ... {err}" if err else "")
+    return text[:400]
+
+
+def _classify(e: BaseException, phase: str) -> str:
+    name = type(e).__name__
+    text = str(e)
+    if isinstance(e, SyntaxError) or "CompilationError" in name:
+        return "compile_error"
+    # The Triton interpreter reports what the GPU compiler would reject (undefined names, bad
+    # types in kernel code) as an InterpreterError wrapping the Python error.
+    if name == "InterpreterError" and any(k in text for k in ("NameError", "TypeError",
+                                                              "AttributeError", "CompilationError")):
+        return "compile_error"
+    if "Error building extension" in text or "ninja" in text.lower() and "error" in text.lower():
+        return "compile_error"
+    if phase == "import" and isinstance(e, (ImportError, ModuleNotFoundError)):
+        return "compile_error"
+    return "runtime_error"
+
+
+def _import_file(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # Triton and dataclasses look modules up by name
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Worker:
+    def __init__(self):
+        import torch
+        self.torch = torch
+        self.device = "cpu"
+        self.ref = None        # the reference module (for get_inputs / get_init_inputs)
+        self.model = None      # the nn.Module under test (Model or ModelNew)
+        self.out_dir = os.getcwd()
+
+    # ------------------------------------------------------------------ inputs
+    def make_inputs(self, seed: int, dist: str = "task"):
+        """Inputs from the reference's own `get_inputs`, seeded, created directly on the device."""
+        torch = self.torch
+        torch.manual_seed(seed)
+        with torch.device(self.device):
+            inputs = list(self.ref.get_inputs())
+        out = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                x = x.to(self.device)
+                if dist != "task" and x.is_floating_point():
+                    x = self._redistribute(x, dist)
+            out.append(x)
+        return out
+
+    def _redistribute(self, x, dist: str):
+        """Other value distributions of the same shape and dtype (hardening trials)."""
+        torch = self.torch
+        g = torch.randn(x.shape, device=x.device, dtype=torch.float32)
+        if dist == "normal":
+            y = g
+        elif dist == "scaled":
+            y = g * 8.0 + 3.0
+        elif dist == "heavy":
+            y = g / torch.rand(x.shape, device=x.device).clamp_min(0.05)
+        else:
+            raise ValueError(f"unknown input distribution {dist!r}")
+        return y.to(x.dtype)
+
+    def digest(self, inputs) -> float:
+        torch = self.torch
+        total = 0.0
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor) and x.numel():
+                total += float(x.detach().double().abs().sum()) * (i + 1)
+        return total
+
+    # ------------------------------------------------------------------ commands
+    def load(self, cmd: dict) -> dict:
+        torch = self.torch
+        self.device = cmd["device"]
+        if self.device == "cuda":
+            torch.cuda.init()
+        phase = "import"
+        try:
+            self.ref = _import_file(cmd["task_path"], "kz_reference")
+            seed = int(cmd.get("init_seed", 0))
+            torch.manual_seed(seed)
+            init = list(self.ref.get_init_inputs())
+            if cmd["role"] == "reference":
+                phase = "init"
+                torch.manual_seed(seed)
+                self.model = self.ref.Model(*init)
+                loaded = []
+            else:
+                cand = _import_file(cmd["candidate_path"], "kz_candidate")
+                phase = "init"
+                if not hasattr(cand, "ModelNew"):
+                    return {"ok": False, "status": "format_error",
+                            "reason": "the candidate defines no `ModelNew` class"}
+                torch.manual_seed(seed)
+                self.model = cand.ModelNew(*init)
+                loaded = self._load_reference_weights(init, seed)
+            if isinstance(self.model, torch.nn.Module):
+                self.model = self.model.to(self.device).eval()
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+        except BaseException as e:  # noqa: BLE001 - every failure becomes a reply
+            if isinstance(e, SystemExit):
+                return {"ok": False, "status": "runtime_error",
+                        "reason": f"the module called sys.exit({e.code}) while loading"}
+            return {"ok": False, "status": _classify(e, phase), "phase": phase,
+                    "reason": _one_line(e), "detail": traceback.format_exc()[-2000:]}
+        info = {"ok": True, "weights_loaded": loaded}
+        if self.device == "cuda":
+            info["gpu"] = torch.cuda.get_device_name()
+            props = torch.cuda.get_device_properties(0)
+            info["l2_bytes"] = int(getattr(props, "L2_cache_size", 50 * 2**20))
+        return info
+
+    def _load_reference_weights(self, init, seed) -> list[str]:
+        """Give ModelNew the reference's parameter values wherever names and shapes match."""
+        torch = self.torch
+        if not isinstance(self.model, torch.nn.Module):
+            return []
+        torch.manual_seed(seed)
+        ref_sd = self.ref.Model(*init).state_dict()
+        own = self.model.state_dict()
+        match = {k: v for k, v in ref_sd.items() if k in own and own[k].shape == v.shape
+                 and own[k].dtype == v.dtype}
+        if match:
+            self.model.load_state_dict(match, strict=False)
+        return sorted(match)
+
+    def _sync(self):
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _write(self, name: str, obj) -> dict:
+        from kernelzero.eval.tensorio import encode
+        path = os.path.join(self.out_dir, name)
+        with open(path, "wb") as fh:
+            desc = encode(obj, fh)
+        return {"file": name, "desc": desc}
+
+    def run(self, cmd: dict) -> dict:
+        """Correctness trials: for each seed, fresh inputs, one forward, outputs to a file."""
+        torch = self.torch
+        results = []
+        for trial in cmd["trials"]:
+            seed, dist = int(trial["seed"]), trial.get("dist", "task")
+            try:
+                inputs = self.make_inputs(seed, dist)
+            except BaseException as e:  # noqa: BLE001
+                return {"ok": False, "status": "input_error", "reason": _one_line(e)}
+            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            entry = {"seed": seed, "dist": dist, "input_digest": self.digest(inputs)}
+            if cmd.get("return_inputs"):
+                entry["inputs"] = self._write(f"in_{seed}_{dist}.bin", pristine)
+            t0 = time.perf_counter()
+            try:
+                with torch.no_grad():
+                    if cmd.get("log_ops") and not results:
+                        out, entry["aten_ops"] = self._forward_logged(inputs)
+                    else:
+                        out = self.model(*inputs)
+                self._sync()
+            except BaseException as e:  # noqa: BLE001
+                status = "runtime_error"
+                if isinstance(e, SystemExit):
+                    reason = f"the module called sys.exit({e.code}) during forward"
+                else:
+                    status, reason = _classify(e, "run"), _one_line(e)
+                    if "out of memory" in str(e).lower():
+                        reason = "ran out of memory: " + reason
+                return {"ok": False, "status": status, "reason": reason,
+                        "detail": traceback.format_exc()[-2000:], "trial": seed}
+            entry["wall_ms"] = (time.perf_counter() - t0) * 1e3
+            mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine))
+                       if isinstance(a, torch.Tensor) and not _same(torch, a, b)]
+            entry["mutated"] = mutated
+            entry["outputs"] = self._write(f"out_{seed}_{dist}.bin", out)
+            if mutated:
+                entry["inputs_after"] = self._write(f"inafter_{seed}_{dist}.bin",
+                                                    [inputs[i] for i in mutated])
+            del out, inputs, pristine
+            results.append(entry)
+        return {"ok": True, "trials": results}
+
+    def _forward_logged(self, inputs):
+        """One forward call with every dispatched ATen op recorded (runtime policy evidence).
+
+        A dispatch mode sees ops called from Python and from C++ extensions alike; kernels that
+        Triton or a CUDA extension launches directly do not pass through the dispatcher.
+        """
+        from torch.utils._python_dispatch import TorchDispatchMode
+        ops: set[str] = set()
+
+        class OpLog(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                ops.add(f"{func.namespace}::{func.overloadpacket.__name__}")
+                return func(*args, **(kwargs or {}))
+
+        with OpLog():
+            out = self.model(*inputs)
+        return out, sorted(ops)
+
+    def time(self, cmd: dict) -> dict:
+        """Time forward calls with CUDA events; fresh inputs every call, L2 flushed before each.
+
+        Even-numbered calls copy the fresh values into the first call's buffers (so a cache keyed
+        on addresses is wrong there), odd-numbered calls use new buffers. The outputs of the calls
+        listed in `checked` are written out; the caller does not know which those are in advance.
+        A device-wide synchronize precedes the end event so work on any stream is counted.
+        """
+        torch = self.torch
+        model = self.model
+        if cmd.get("compile"):
+            model = torch.compile(model)
+        seeds, checked = cmd["seeds"], set(cmd.get("checked", []))
+        min_n, max_n = int(cmd["min_trials"]), min(int(cmd["max_trials"]), len(seeds))
+        rel_spread, budget = float(cmd["rel_spread"]), float(cmd["budget_s"])
+        flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
+                            device=self.device)
+        try:
+            base = self.make_inputs(int(seeds[0]))
+            with torch.no_grad():
+                for _ in range(int(cmd.get("warmup", 3))):
+                    model(*base)
+            torch.cuda.synchronize()
+            times, outputs = [], {}
+            t_start = time.perf_counter()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            for i in range(max_n):
+                fresh = self.make_inputs(int(seeds[i]))
+                if i % 2 == 0:
+                    for b, f in zip(base, fresh):
+                        if isinstance(b, torch.Tensor):
+                            b.copy_(f)
+                    args = base
+                else:
+                    args = fresh
+                flush.zero_()
+                torch.cuda.synchronize()
+                with torch.no_grad():
+                    start.record()
+                    out = model(*args)
+                    torch.cuda.synchronize()
+                    end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end))
+                if i in checked:
+                    outputs[str(i)] = self._write(f"timed_{i}.bin", out)
+                del out
+                if len(times) >= min_n and (i + 1) > max(checked, default=-1):
+                    if time.perf_counter() - t_start > budget or _spread_ok(times, rel_spread):
+                        break
+        except BaseException as e:  # noqa: BLE001
+            return {"ok": False, "status": _classify(e, "time"), "reason": _one_line(e),
+                    "detail": traceback.format_exc()[-2000:]}
+        return {"ok": True, "times_ms": times, "outputs": outputs}
+
+
+def _same(torch, a, b) -> bool:
+    """Bitwise-equal values (NaN equals NaN): did the call leave this input unchanged?"""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+def _spread_ok(times: list[float], rel: float) -> bool:
+    import statistics
+    q = statistics.quantiles(times, n=4, method="inclusive")
+    med = statistics.median(times)
+    return med > 0 and (q[2] - q[0]) / med <= rel
+
+
+def _set_limits(cfg: dict) -> None:
+    """rlimits before any untrusted code runs (see docs/threats.md)."""
+    for name, value in cfg.items():
+        res = getattr(resource, name, None)
+        if res is None or value is None:
+            continue
+        try:
+            soft, hard = resource.getrlimit(res)
+            new = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(res, (new, new))
+        except (ValueError, OSError):
+            pass
+
+
+def main() -> None:
+    global _REPLY
+    # The reply channel is a private duplicate of stdout; fd 1 and 2 then go to the log file so
+    # that nothing the candidate prints can reach the judge as a reply.
+    reply_fd = os.dup(1)
+    log_fd = os.open("worker.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    os.close(log_fd)
+    _REPLY = os.fdopen(reply_fd, "w", buffering=1)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    cmd_in = sys.stdin
+    limits = json.loads(os.environ.pop("KZ_RLIMITS", "{}") or "{}")
+    _set_limits(limits)
+    worker = Worker()
+    _reply({"ok": True, "ready": True, "pid": os.getpid()})
+    for line in cmd_in:
+        cmd = json.loads(line)
+        op = cmd.get("op")
+        if op == "exit":
+            break
+        handler = {"load": worker.load, "run": worker.run, "time": worker.time}.get(op)
+        if handler is None:
+            _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
+            continue
+        try:
+            _reply(handler(cmd))
+        except BaseException as e:  # noqa: BLE001 - never die silently on a bad command
+            _reply({"ok": False, "status": "runtime_error", "reason": _one_line(e)})
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,8 @@
+# Wrong: does not parse (missing colon) -> `compile_error`.
+import torch
+import torch.nn as nn
+
+
+class ModelNew(nn.Module)
+    def forward(self, x):
+        return x
