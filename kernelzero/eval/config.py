@@ -34,6 +34,8 @@ class EvalConfig:
     load_timeout_s: limit for importing/compiling a candidate and building it.
     run_timeout_s: limit for the correctness trials (all of them) and again for timing.
     max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
+    transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
+        host copies; `auto` picks it on cuda), `host` copies through shared host memory.
     seed: the secret seed of the input schedule; None draws one from os.urandom per evaluator.
     """
 
@@ -55,12 +57,14 @@ class EvalConfig:
     run_timeout_s: float = 120.0
     max_workers: int = 4
     seed: int | None = None
+    transfer: Literal["auto", "ipc", "host"] = "auto"
     work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)
     extra_flags: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         choices = {"device": ("cpu", "cuda"), "backend": ("auto", "triton", "cuda"),
-                   "policy": ("strict", "kernelbench"), "tolerance": tuple(TOLERANCES)}
+                   "policy": ("strict", "kernelbench"), "tolerance": tuple(TOLERANCES),
+                   "transfer": ("auto", "ipc", "host")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EvalConfig.{name}={getattr(self, name)!r}: choose one of {allowed}")
@@ -77,6 +81,12 @@ class EvalConfig:
     def tolerance_for(self, dtype: str) -> tuple[float, float]:
         table = TOLERANCES[self.tolerance]
         return table.get(dtype, table["float32"])
+
+    @property
+    def transfer_mode(self) -> str:
+        if self.device != "cuda":
+            return "host"
+        return "ipc" if self.transfer == "auto" else self.transfer
 
     @property
     def timed(self) -> bool:

@@ -47,9 +47,9 @@ class ReferenceProbe:
 
 
 def _plain(obj):
-    """TensorOut trees -> plain tensors (for callers outside the judge)."""
+    """TensorOut trees -> plain CPU tensors (for callers outside the judge)."""
     if isinstance(obj, TensorOut):
-        return obj.tensor
+        return obj.tensor.cpu()
     if isinstance(obj, (tuple, list)):
         return [_plain(x) for x in obj]
     return obj
@@ -191,7 +191,8 @@ class Evaluator:
             else:
                 run = self._run_reference(task)
             with self._guard:
-                if len(self._refs) >= 8:  # outputs can be large on a GPU: keep a few tasks
+                # Reference outputs can be large (and live in GPU memory on cuda): keep a few tasks.
+                if len(self._refs) >= (3 if self.config.device == "cuda" else 8):
                     self._refs.pop(next(iter(self._refs)))
                 self._refs[task.hash] = run
             return run
@@ -250,7 +251,8 @@ class Evaluator:
                 w.start()
                 info = w.request({"op": "load", "role": "candidate", "task_path": self._task_file(task),
                                   "candidate_path": cand_path, "device": cfg.device,
-                                  "init_seed": 0}, cfg.load_timeout_s)
+                                  "init_seed": 0, "transfer": cfg.transfer_mode},
+                                 cfg.load_timeout_s)
                 if not info.get("ok"):
                     return Verdict(status=_status(info.get("status")), backend=backend,
                                    reason=_loading_reason(info), log_tail=w.log_tail())

@@ -91,7 +91,8 @@ def run_reference(task_path: str, cfg: EvalConfig, schedule: Schedule, limits: S
         try:
             w.start()
             info = w.request({"op": "load", "role": "reference", "task_path": task_path,
-                              "device": cfg.device, "init_seed": init_seed}, cfg.load_timeout_s)
+                              "device": cfg.device, "init_seed": init_seed,
+                              "transfer": cfg.transfer_mode}, cfg.load_timeout_s)
             if not info.get("ok"):
                 return ReferenceRun(False, f"the reference failed to load: {info.get('reason')}",
                                     log_tail=w.log_tail())

@@ -31,8 +31,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 # ----------------------------------------------------------------------------- worker side
-def encode(obj, fh, depth: int = 0) -> dict:
-    """Describe `obj` as JSON-able data, appending tensor bytes to the binary file `fh`."""
+def encode(obj, fh, depth: int = 0, keep: list | None = None) -> dict:
+    """Describe `obj` as JSON-able data, appending tensor bytes to the binary file `fh`.
+
+    With `keep` (a list), CUDA tensors are shared through CUDA IPC instead of copied to the host;
+    the worker must keep the listed tensors alive until the judge has copied them.
+    """
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
         desc = {"kind": "tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape),
@@ -40,8 +44,16 @@ def encode(obj, fh, depth: int = 0) -> dict:
                 "instance_attrs": sorted(k for k in getattr(obj, "__dict__", {}) if not k.startswith("_kz"))}
         if desc["dtype"] not in ALLOWED_DTYPES:
             return {"kind": "other", "type": f"tensor of {desc['dtype']}"}
+        if keep is not None and t.is_cuda and t.numel():
+            from kernelzero.eval.cuda_ipc import share
+            # A copy made in the current stream's order, before any device-wide synchronize (as
+            # the host path does): work still running on an unjoined side stream races with it.
+            plain = torch.Tensor.clone(t).as_subclass(torch.Tensor)
+            desc["ipc"] = share(plain)
+            keep.append(plain)
+            return desc
         data = torch.Tensor.contiguous(torch.Tensor.cpu(t)) if t.numel() else t.cpu()
-        raw = data.view(torch.uint8).numpy().tobytes() if data.numel() else b""
+        raw = memoryview(data.view(torch.uint8).numpy()).cast("B") if data.numel() else b""
         desc["offset"] = fh.tell()
         desc["nbytes"] = len(raw)
         fh.write(raw)
@@ -55,7 +67,7 @@ def encode(obj, fh, depth: int = 0) -> dict:
         return {"kind": "scalar", "type": type(obj).__name__, "value": v}
     if isinstance(obj, (tuple, list)) and depth < MAX_DEPTH:
         return {"kind": "seq", "type": type(obj).__name__,
-                "items": [encode(x, fh, depth + 1) for x in obj]}
+                "items": [encode(x, fh, depth + 1, keep) for x in obj]}
     if obj is None:
         return {"kind": "none"}
     return {"kind": "other", "type": type(obj).__name__}
@@ -69,9 +81,12 @@ class DecodeError(ValueError):
 def decode(desc, path: str | os.PathLike, _buf: list | None = None):
     """Rebuild what `encode` described. Tensors come back on the CPU, owning their memory."""
     if _buf is None:
+        size = os.path.getsize(path)
+        data = bytearray(size)
         with open(path, "rb") as f:
-            _buf = [f.read()]
-        _buf.append(0)  # entry counter
+            if f.readinto(data) != size:
+                raise DecodeError("output file changed while it was read")
+        _buf = [data, 0]  # file bytes, entry counter
     _buf[1] += 1
     if _buf[1] > MAX_ENTRIES or not isinstance(desc, dict):
         raise DecodeError("output description is malformed or too large")
@@ -82,6 +97,14 @@ def decode(desc, path: str | os.PathLike, _buf: list | None = None):
         if dt is None or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
             raise DecodeError("tensor description has a bad dtype or shape")
         numel = math.prod(shape)
+        if isinstance(desc.get("ipc"), dict):
+            from kernelzero.eval.cuda_ipc import open_shared
+            try:
+                t = open_shared(desc["ipc"], shape, dt)
+            except (ValueError, TypeError, KeyError, RuntimeError) as e:
+                raise DecodeError(f"shared CUDA output could not be opened: {e}") from None
+            return TensorOut(t, device=str(desc.get("device")), exact_type=bool(desc.get("exact_type")),
+                             instance_attrs=list(desc.get("instance_attrs") or []))
         itemsize = torch.empty((), dtype=dt).element_size()
         if not (isinstance(off, int) and isinstance(nb, int) and nb == numel * itemsize
                 and 0 <= off and off + nb <= len(_buf[0])):
@@ -89,7 +112,8 @@ def decode(desc, path: str | os.PathLike, _buf: list | None = None):
         if numel == 0:
             t = torch.empty(shape, dtype=dt)
         else:
-            t = torch.frombuffer(bytearray(_buf[0][off:off + nb]), dtype=dt).reshape(shape)
+            # Shares the judge's private copy of the file bytes: no further copy.
+            t = torch.frombuffer(_buf[0], dtype=dt, count=numel, offset=off).reshape(shape)
         return TensorOut(t, device=str(desc.get("device")), exact_type=bool(desc.get("exact_type")),
                          instance_attrs=list(desc.get("instance_attrs") or []))
     if kind == "scalar":

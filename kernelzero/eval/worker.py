@@ -72,6 +72,8 @@ class Worker:
         self.ref = None        # the reference module (for get_inputs / get_init_inputs)
         self.model = None      # the nn.Module under test (Model or ModelNew)
         self.out_dir = os.getcwd()
+        self.transfer = "host"  # or "ipc": CUDA outputs shared with the judge, not copied
+        self._keep: list = []   # tensors shared through IPC, alive until the next command
 
     # ------------------------------------------------------------------ inputs
     def make_inputs(self, seed: int, dist: str = "task"):
@@ -115,6 +117,7 @@ class Worker:
     def load(self, cmd: dict) -> dict:
         torch = self.torch
         self.device = cmd["device"]
+        self.transfer = cmd.get("transfer", "host")
         if self.device == "cuda":
             torch.cuda.init()
         phase = "import"
@@ -176,7 +179,7 @@ class Worker:
         from kernelzero.eval.tensorio import encode
         path = os.path.join(self.out_dir, name)
         with open(path, "wb") as fh:
-            desc = encode(obj, fh)
+            desc = encode(obj, fh, keep=self._keep if self.transfer == "ipc" else None)
         return {"file": name, "desc": desc}
 
     def run(self, cmd: dict) -> dict:
@@ -200,6 +203,10 @@ class Worker:
                         out, entry["aten_ops"] = self._forward_logged(inputs)
                     else:
                         out = self.model(*inputs)
+                # Copy the outputs to the host in the order of the current stream *before* any
+                # device-wide synchronize: work left running on an unjoined side stream (which
+                # a real consumer of the output would race with) is then caught as wrong values.
+                entry["outputs"] = self._write(f"out_{seed}_{dist}.bin", out)
                 self._sync()
             except BaseException as e:  # noqa: BLE001
                 status = "runtime_error"
@@ -215,13 +222,15 @@ class Worker:
             mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine))
                        if isinstance(a, torch.Tensor) and not _same(torch, a, b)]
             entry["mutated"] = mutated
-            entry["outputs"] = self._write(f"out_{seed}_{dist}.bin", out)
             if mutated:
                 entry["inputs_after"] = self._write(f"inafter_{seed}_{dist}.bin",
                                                     [inputs[i] for i in mutated])
             del out, inputs, pristine
             results.append(entry)
-        return {"ok": True, "trials": results}
+        reply = {"ok": True, "trials": results}
+        if self.device == "cuda":
+            reply["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated())
+        return reply
 
     def _forward_logged(self, inputs):
         """One forward call with every dispatched ATen op recorded (runtime policy evidence).
@@ -350,6 +359,7 @@ def main() -> None:
         if op == "exit":
             break
         handler = {"load": worker.load, "run": worker.run, "time": worker.time}.get(op)
+        worker._keep.clear()  # the judge has copied everything shared for the last command
         if handler is None:
             _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
             continue
