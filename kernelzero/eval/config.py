@@ -34,6 +34,8 @@ class EvalConfig:
     load_timeout_s: limit for importing/compiling a candidate and building it.
     run_timeout_s: limit for the correctness trials (all of them) and again for timing.
     max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
+    prestart: keep max_workers + 1 spare worker processes started (torch imported, CUDA ready)
+        so start-up is off the critical path; each process still judges exactly one module.
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
     seed: the secret seed of the input schedule; None draws one from os.urandom per evaluator.
@@ -56,6 +58,7 @@ class EvalConfig:
     load_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
     max_workers: int = 4
+    prestart: bool = True
     seed: int | None = None
     transfer: Literal["auto", "ipc", "host"] = "auto"
     work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)

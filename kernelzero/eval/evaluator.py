@@ -15,7 +15,6 @@ the GPU phases are serialised by `GpuLock`.
 from __future__ import annotations
 
 import os
-import platform
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +26,7 @@ from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
                                        _maybe_lock)
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
 from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
 from kernelzero.eval.verdict import Timing, Verdict
@@ -71,11 +71,12 @@ class Evaluator:
         self._refs: dict[str, ReferenceRun] = {}
         self._ref_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
-        self._task_files: dict[str, str] = {}
         self._tmp = Path(self.config.work_dir or _default_work_dir())
         self._tmp.mkdir(parents=True, exist_ok=True)
         self._gpu_name: str | None = _probe_gpu() if self.config.device == "cuda" else None
         self._live: set[SandboxWorker] = set()
+        self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
+                                size=self.config.max_workers + 1 if self.config.prestart else 0)
         self.aborted = False
 
     # ------------------------------------------------------------------ public API
@@ -87,6 +88,7 @@ class Evaluator:
 
     def close(self) -> None:
         self._refs.clear()
+        self.spares.close()
 
     def abort(self) -> None:
         """Kill every worker now (Ctrl-C). Verdicts still in flight are discarded, not stored."""
@@ -140,7 +142,7 @@ class Evaluator:
         if problem:
             return ReferenceProbe(False, problem)
         sched = Schedule([Trial(int(s)) for s in seeds], self._schedule(task).timing_seeds, [])
-        run = run_reference(self._task_file(task), self.config, sched, self.limits,
+        run = run_reference(task.source, self.config, sched, self.spares.take,
                             time_it=time and self.config.timed, init_seed=init_seed,
                             want_inputs=return_inputs)
         if not run.ok:
@@ -166,18 +168,6 @@ class Evaluator:
         return make_schedule(self._secret, task.hash, c.correctness_trials,
                              HARDENING_DISTS if c.hardening_trials else (),
                              c.timing_max_trials, c.timing_checked_calls, c.timing_min_trials)
-
-    def _task_file(self, task: Task) -> str:
-        """Workers import the reference from a real file that this judge wrote and controls."""
-        with self._guard:
-            path = self._task_files.get(task.hash)
-            if path is None:
-                d = self._tmp / "tasks"
-                d.mkdir(parents=True, exist_ok=True)
-                path = str(d / f"task_{task.hash}.py")
-                Path(path).write_text(task.source, encoding="utf-8")
-                self._task_files[task.hash] = path
-        return path
 
     def _reference(self, task: Task) -> ReferenceRun:
         with self._guard:
@@ -205,7 +195,7 @@ class Evaluator:
             from kernelzero.eval.environment import ref_timing_key
             cache_key = ref_timing_key(task.hash, self.env(), cfg)
             cached = self.ref_cache.get_ref_timing(cache_key)
-        run = run_reference(self._task_file(task), cfg, self._schedule(task), self.limits,
+        run = run_reference(task.source, cfg, self._schedule(task), self.spares.take,
                             time_it=cfg.timed and cached is None)
         if run.gpu:
             self._gpu_name = run.gpu
@@ -233,26 +223,35 @@ class Evaluator:
         refusal = static_policy_check(cand.source, task.source, cfg.policy)
         if refusal:
             return Verdict(status="rejected", reason=refusal[0], flags=refusal[1], backend=backend)
-        ref = self._reference(task)
-        if not ref.ok:
-            return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
-        return self._judge_in_worker(task, cand, ref, backend)
+        return self._judge_in_worker(task, cand, backend)
 
-    def _judge_in_worker(self, task: Task, cand: Candidate, ref: ReferenceRun, backend: str) -> Verdict:
+    def _judge_in_worker(self, task: Task, cand: Candidate, backend: str) -> Verdict:
+        """Load (import, compile, build) the candidate while the reference is computed elsewhere,
+        then run and time it against the reference."""
         cfg = self.config
         build = self._tmp / "builds" / cand.hash  # one build cache per candidate source
-        with SandboxWorker(cfg.device, self.limits, cfg.work_dir, build_dir=str(build),
-                           name="cand") as w:
+        try:
+            w = self.spares.take("cand")
+        except (WorkerDied, WorkerTimeout) as e:
+            return Verdict(status="runtime_error", backend=backend,
+                           reason=f"could not start a sandbox worker: {e}")
+        with w:
             self._live.add(w)
             cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
             Path(cand_path).write_text(cand.source, encoding="utf-8")
+            # The worker's own copy of the reference: nothing a candidate writes can change what
+            # another worker imports.
+            task_path = os.path.join(w.dir, f"task_{task.hash}.py")
+            Path(task_path).write_text(task.source, encoding="utf-8")
             phase = "load"
             try:
-                w.start()
-                info = w.request({"op": "load", "role": "candidate", "task_path": self._task_file(task),
+                info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
-                                  "init_seed": 0, "transfer": cfg.transfer_mode},
-                                 cfg.load_timeout_s)
+                                  "init_seed": 0, "transfer": cfg.transfer_mode,
+                                  "build_dir": str(build)}, cfg.load_timeout_s)
+                ref = self._reference(task)
+                if not ref.ok:
+                    return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
                 if not info.get("ok"):
                     return Verdict(status=_status(info.get("status")), backend=backend,
                                    reason=_loading_reason(info), log_tail=w.log_tail())
@@ -269,11 +268,11 @@ class Evaluator:
             except WorkerTimeout:
                 limit = cfg.load_timeout_s if phase == "load" else cfg.run_timeout_s
                 return Verdict(status="timeout", backend=backend, log_tail=w.log_tail(),
-                               reason=f"the candidate did not finish {phase}ing within {limit:g} s; "
-                                      "its process group was killed")
+                               reason=f"the candidate did not finish {_GERUND[phase]} within "
+                                      f"{limit:g} s; its process group was killed")
             except WorkerDied as e:
                 return Verdict(status="runtime_error", backend=backend, log_tail=w.log_tail(),
-                               reason=f"while {phase}ing, {e}")
+                               reason=f"while {_GERUND[phase]}, {e}")
             except (DecodeError, KeyError, TypeError, ValueError) as e:
                 return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                                reason=f"the candidate's outputs could not be read: {e}")
@@ -284,7 +283,7 @@ class Evaluator:
         """(failing verdict, None), or (None, (trials, max abs err, max rel err)) when all matched."""
         cfg = self.config
         trials = list(ref.trials)
-        reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials],
+        reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials], "poison": True,
                            "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
         if not reply.get("ok"):
             return Verdict(status=_status(reply.get("status")), backend=backend,
@@ -348,7 +347,9 @@ class Evaluator:
 
     def _timing(self, w: SandboxWorker, ref: ReferenceRun, backend: str, stats) -> Verdict:
         sched = ref.schedule
+        t0 = time.perf_counter()
         reply = time_module(w, self.config, sched, ref.l2_bytes, checked=sched.checked)
+        judge_wall_ms = (time.perf_counter() - t0) * 1e3
         if not reply.get("ok"):
             return Verdict(status=_status(reply.get("status")), backend=backend,
                            reason=f"raised during the timed calls: {reply.get('reason')}")
@@ -363,7 +364,19 @@ class Evaluator:
                 return Verdict(status="incorrect", backend=backend,
                                flags=cmp.flags + ["timed_output_mismatch"],
                                reason=f"timed call {idx} (fresh inputs): {cmp.reason}")
-        timing = Timing.from_samples([float(x) for x in reply["times_ms"]])
+        times = [float(x) for x in reply["times_ms"]]
+        if not times or min(times) < 0 or sum(times) > judge_wall_ms:
+            return Verdict(status="rejected", backend=backend, flags=["timing_inconsistent"],
+                           reason="the reported timings are impossible (their sum exceeds the "
+                                  "wall-clock time the judge measured)")
+        timing = Timing.from_samples(times)
+        floor = roofline_floor_ms(ref, self._gpu_name)
+        if floor and timing.median_ms < 0.5 * floor:
+            return Verdict(status="rejected", backend=backend, flags=["implausible_speedup"],
+                           runtime_ms=timing, ref_runtime_ms=ref.timing,
+                           reason=f"{timing.median_ms:.4g} ms is under half the time needed just "
+                                  f"to move the task's inputs and outputs ({floor:.4g} ms at the "
+                                  "GPU's memory bandwidth): not a measurement to trust")
         return self._correct_verdict(backend, timing, ref, stats)
 
     def _correct_verdict(self, backend: str, timing: Timing | None, ref: ReferenceRun,
@@ -383,6 +396,22 @@ class Evaluator:
                 v.ref_compile_runtime_ms = ref.compile_timing
                 v.speedup_compile = ref.compile_timing.median_ms / timing.median_ms
         return v
+
+
+# Peak memory bandwidth by GPU name (bytes/s, vendor datasheets); unknown GPUs get a generous bound.
+PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.04e12,
+                  "L40S": 0.864e12, "A10": 0.6e12, "4090": 1.0e12, "B200": 8.0e12}
+
+
+def roofline_floor_ms(ref: ReferenceRun, gpu: str | None) -> float | None:
+    """Least time to read every input once and write every output once, in milliseconds."""
+    if not ref.io_bytes:
+        return None
+    bw = next((v for k, v in PEAK_BANDWIDTH.items() if gpu and k in gpu), 10e12)
+    return ref.io_bytes / bw * 1e3
+
+
+_GERUND = {"load": "loading", "run": "running", "time": "timing"}
 
 
 def _status(s) -> str:

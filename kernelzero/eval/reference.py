@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.gpu_lock import GpuLock
-from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.schedule import Schedule, Trial
 from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
 from kernelzero.eval.verdict import Timing
@@ -40,6 +40,7 @@ class ReferenceRun:
     peak_mem_bytes: int | None = None
     log_tail: str = ""
     schedule: Schedule | None = None
+    io_bytes: int | None = None     # input + output bytes of one call (for the roofline bound)
 
 
 def _finite(obj) -> bool:
@@ -81,15 +82,22 @@ def time_module(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule, l2_b
     return worker.request(msg, timeout)
 
 
-def run_reference(task_path: str, cfg: EvalConfig, schedule: Schedule, limits: SandboxLimits,
+def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_worker,
                   time_it: bool, init_seed: int = 0, want_inputs: bool = False,
                   extra_trials: list[Trial] | None = None) -> ReferenceRun:
+    """`take_worker(name)` returns a started SandboxWorker (see spares.SparePool.take)."""
     trials = list(schedule.correctness) + [Trial(s) for s in
                                            (schedule.timing_seeds[i] for i in schedule.checked)]
     trials += extra_trials or []
-    with SandboxWorker(cfg.device, limits, cfg.work_dir, name="ref") as w:
+    try:
+        w = take_worker("ref")
+    except (WorkerDied, WorkerTimeout) as e:
+        return ReferenceRun(False, f"could not start a sandbox worker: {e}")
+    with w:
         try:
-            w.start()
+            task_path = os.path.join(w.dir, "reference.py")  # the worker's own copy
+            with open(task_path, "w", encoding="utf-8") as dst:
+                dst.write(task_source)
             info = w.request({"op": "load", "role": "reference", "task_path": task_path,
                               "device": cfg.device, "init_seed": init_seed,
                               "transfer": cfg.transfer_mode}, cfg.load_timeout_s)
@@ -106,6 +114,9 @@ def run_reference(task_path: str, cfg: EvalConfig, schedule: Schedule, limits: S
                                         log_tail=w.log_tail())
                 results = decode_trials(w, reply, want_inputs)
                 run.peak_mem_bytes = reply.get("peak_mem_bytes")
+                if results:
+                    run.io_bytes = int(reply["trials"][0].get("input_bytes", 0)) + \
+                        _nbytes(results[0].outputs)
                 n_corr = len(schedule.correctness)
                 for t, r in zip(trials[:n_corr], results[:n_corr]):
                     # Hardening inputs only count where the reference itself stays finite.
@@ -131,6 +142,14 @@ def run_reference(task_path: str, cfg: EvalConfig, schedule: Schedule, limits: S
         except (DecodeError, KeyError, TypeError, ValueError) as e:
             return ReferenceRun(False, f"the reference returned unusable outputs: {e}",
                                 log_tail=w.log_tail())
+
+
+def _nbytes(obj) -> int:
+    if isinstance(obj, TensorOut):
+        return obj.tensor.numel() * obj.tensor.element_size()
+    if isinstance(obj, (tuple, list)):
+        return sum(_nbytes(x) for x in obj)
+    return 0
 
 
 def _timing(reply: dict) -> Timing | None:

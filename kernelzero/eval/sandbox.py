@@ -42,6 +42,9 @@ class SandboxLimits:
     address_space_bytes: RLIMIT_AS; None on CUDA, whose driver reserves huge virtual ranges.
     nofile: open file descriptors.
     threads: torch intra-op threads in the worker (OMP_NUM_THREADS).
+    The judge also polices the worker's whole session while it waits for a reply: more than
+    `max_processes` processes or `max_rss_bytes` of resident memory kills the process group
+    (RLIMIT_NPROC does not bind root, RLIMIT_AS breaks CUDA).
     """
 
     cpu_s: int = 1800
@@ -49,10 +52,52 @@ class SandboxLimits:
     address_space_bytes: int | None = None
     nofile: int = 4096
     threads: int = 1
+    max_processes: int = 128          # processes in the worker's session (watchdog; fork bombs)
+    max_rss_bytes: int = 64 * 2**30   # resident memory of the whole session (watchdog)
+    no_network: bool = True           # new network namespace when the OS allows it (root)
 
     def rlimits(self) -> dict:
         return {"RLIMIT_CORE": 0, "RLIMIT_CPU": self.cpu_s, "RLIMIT_FSIZE": self.file_bytes,
                 "RLIMIT_AS": self.address_space_bytes, "RLIMIT_NOFILE": self.nofile}
+
+
+def _load_unshare():
+    """libc's unshare(2), loaded once in the judge so the forked child only calls it."""
+    try:
+        import ctypes
+        fn = ctypes.CDLL(None, use_errno=True).unshare
+        fn.argtypes = [ctypes.c_int]
+        return fn
+    except (OSError, AttributeError):
+        return None
+
+
+_UNSHARE = _load_unshare()
+CLONE_NEWNET = 0x40000000
+
+
+def _isolate_network() -> None:  # runs in the child between fork and exec
+    if _UNSHARE is not None and os.geteuid() == 0:
+        _UNSHARE(CLONE_NEWNET)  # failure (EPERM in some containers) leaves the network as is
+
+
+def session_usage(sid: int) -> tuple[int, int]:
+    """(process count, resident bytes) of every process in session `sid`, from /proc."""
+    n, rss = 0, 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[3]) != sid:  # field 6 of stat, the session id
+                continue
+            n += 1
+            rss += int(fields[21]) * page  # field 24, resident pages
+        except (OSError, IndexError, ValueError):
+            continue
+    return n, rss
 
 
 class WorkerTimeout(Exception):
@@ -98,7 +143,8 @@ class SandboxWorker:
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", BOOT, PACKAGE_ROOT], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env=self._env(),
-            start_new_session=True, close_fds=True)
+            start_new_session=True, close_fds=True,
+            preexec_fn=_isolate_network if self.limits.no_network else None)
         log.close()
         hello = self._read(time.monotonic() + timeout_s)
         if not hello.get("ready"):
@@ -145,8 +191,9 @@ class SandboxWorker:
             if left <= 0:
                 self.kill()
                 raise WorkerTimeout("no answer before the deadline")
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            ready, _, _ = select.select([fd], [], [], min(left, 0.25))
             if not ready:
+                self._police()
                 continue
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -163,6 +210,20 @@ class SandboxWorker:
         if not isinstance(reply, dict):
             raise WorkerDied("the worker sent a malformed reply")
         return reply
+
+    def _police(self) -> None:
+        """Kill the worker when its session exceeds the process or memory limits."""
+        if not os.path.isdir("/proc"):
+            return
+        n, rss = session_usage(self.proc.pid)
+        if n > self.limits.max_processes:
+            self.kill()
+            raise WorkerDied(f"it started more than {self.limits.max_processes} processes "
+                             "(fork bomb?); its process group was killed")
+        if rss > self.limits.max_rss_bytes:
+            self.kill()
+            raise WorkerDied(f"it used more than {self.limits.max_rss_bytes / 2**30:.0f} GiB of "
+                             "host memory; its process group was killed")
 
     def kill(self) -> None:
         try:

@@ -64,10 +64,35 @@ def _import_file(path: str, name: str):
     return mod
 
 
+def _capture_primitives(torch) -> dict:
+    """Timing primitives taken before untrusted code loads. The C-level methods of
+    `_CudaEventBase` cannot be monkeypatched (built-in type), unlike `torch.cuda.Event`'s."""
+    base = getattr(torch._C, "_CudaEventBase", None)
+    return {"clock": time.perf_counter, "Event": torch.cuda.Event, "l2_reset": None,
+            "sync": getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize),
+            "record": getattr(base, "record", None) or (lambda ev, s: ev.record(s)),
+            "elapsed": getattr(base, "elapsed_time", None) or (lambda a, b: a.elapsed_time(b)),
+            "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize())}
+
+
+def _l2_reset_function():
+    """cudaCtxResetPersistingL2Cache from the CUDA runtime torch already loaded (best effort)."""
+    import ctypes
+    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
+        try:
+            fn = ctypes.CDLL(name).cudaCtxResetPersistingL2Cache
+            fn.restype = ctypes.c_int
+            return fn
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 class Worker:
     def __init__(self):
         import torch
         self.torch = torch
+        self.primitives = _capture_primitives(torch)
         self.device = "cpu"
         self.ref = None        # the reference module (for get_inputs / get_init_inputs)
         self.model = None      # the nn.Module under test (Model or ModelNew)
@@ -114,12 +139,27 @@ class Worker:
         return total
 
     # ------------------------------------------------------------------ commands
+    def warm(self, cmd: dict) -> dict:
+        """Pay start-up costs before any untrusted code arrives (CUDA context, Triton import)."""
+        if cmd.get("device") == "cuda":
+            self.torch.cuda.init()
+            self.torch.empty(1, device="cuda")
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            pass
+        return {"ok": True}
+
     def load(self, cmd: dict) -> dict:
         torch = self.torch
         self.device = cmd["device"]
+        for var, sub in (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton")):
+            if cmd.get("build_dir"):  # one build cache per candidate source, chosen by the judge
+                os.environ[var] = os.path.join(cmd["build_dir"], sub)
         self.transfer = cmd.get("transfer", "host")
         if self.device == "cuda":
             torch.cuda.init()
+            self.primitives["l2_reset"] = _l2_reset_function()
         phase = "import"
         try:
             self.ref = _import_file(cmd["task_path"], "kz_reference")
@@ -150,7 +190,7 @@ class Worker:
                         "reason": f"the module called sys.exit({e.code}) while loading"}
             return {"ok": False, "status": _classify(e, phase), "phase": phase,
                     "reason": _one_line(e), "detail": traceback.format_exc()[-2000:]}
-        info = {"ok": True, "weights_loaded": loaded}
+        info = {"ok": True, "weights_loaded": loaded, "network_isolated": _network_isolated()}
         if self.device == "cuda":
             info["gpu"] = torch.cuda.get_device_name()
             props = torch.cuda.get_device_properties(0)
@@ -183,9 +223,26 @@ class Worker:
         return {"file": name, "desc": desc}
 
     def run(self, cmd: dict) -> dict:
-        """Correctness trials: for each seed, fresh inputs, one forward, outputs to a file."""
+        """Correctness trials: for each seed, fresh inputs, one forward, outputs to a file.
+
+        For candidates, every fresh allocation (torch.empty* from Python or C++) is filled with
+        NaN / the largest integer during these trials (PyTorch's deterministic fill), so an output
+        that is allocated but not fully written can never hold a stale, correct-looking result.
+        """
         torch = self.torch
         results = []
+        poison = bool(cmd.get("poison"))
+        if poison:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.utils.deterministic.fill_uninitialized_memory = True
+        try:
+            return self._run_trials(cmd, results)
+        finally:
+            if poison:
+                torch.use_deterministic_algorithms(False)
+
+    def _run_trials(self, cmd: dict, results: list) -> dict:
+        torch = self.torch
         for trial in cmd["trials"]:
             seed, dist = int(trial["seed"]), trial.get("dist", "task")
             try:
@@ -193,7 +250,9 @@ class Worker:
             except BaseException as e:  # noqa: BLE001
                 return {"ok": False, "status": "input_error", "reason": _one_line(e)}
             pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-            entry = {"seed": seed, "dist": dist, "input_digest": self.digest(inputs)}
+            entry = {"seed": seed, "dist": dist, "input_digest": self.digest(inputs),
+                     "input_bytes": sum(x.numel() * x.element_size() for x in inputs
+                                        if isinstance(x, torch.Tensor))}
             if cmd.get("return_inputs"):
                 entry["inputs"] = self._write(f"in_{seed}_{dist}.bin", pristine)
             t0 = time.perf_counter()
@@ -260,6 +319,7 @@ class Worker:
         """
         torch = self.torch
         model = self.model
+        prim = self.primitives  # captured before any untrusted code was imported
         if cmd.get("compile"):
             model = torch.compile(model)
         seeds, checked = cmd["seeds"], set(cmd.get("checked", []))
@@ -272,10 +332,10 @@ class Worker:
             with torch.no_grad():
                 for _ in range(int(cmd.get("warmup", 3))):
                     model(*base)
-            torch.cuda.synchronize()
+            prim["sync"]()
             times, outputs = [], {}
-            t_start = time.perf_counter()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t_start = prim["clock"]()
+            start, end = prim["Event"](enable_timing=True), prim["Event"](enable_timing=True)
             for i in range(max_n):
                 fresh = self.make_inputs(int(seeds[i]))
                 if i % 2 == 0:
@@ -285,25 +345,34 @@ class Worker:
                     args = base
                 else:
                     args = fresh
+                if prim["l2_reset"] is not None:
+                    prim["l2_reset"]()  # persisting-L2 lines would survive the flush
                 flush.zero_()
-                torch.cuda.synchronize()
+                prim["sync"]()
                 with torch.no_grad():
-                    start.record()
+                    prim["record"](start, torch.cuda.current_stream())
                     out = model(*args)
-                    torch.cuda.synchronize()
-                    end.record()
-                end.synchronize()
-                times.append(start.elapsed_time(end))
+                    prim["sync"]()
+                    prim["record"](end, torch.cuda.current_stream())
+                prim["ev_sync"](end)
+                times.append(prim["elapsed"](start, end))
                 if i in checked:
                     outputs[str(i)] = self._write(f"timed_{i}.bin", out)
                 del out
                 if len(times) >= min_n and (i + 1) > max(checked, default=-1):
-                    if time.perf_counter() - t_start > budget or _spread_ok(times, rel_spread):
+                    if prim["clock"]() - t_start > budget or _spread_ok(times, rel_spread):
                         break
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": _classify(e, "time"), "reason": _one_line(e),
                     "detail": traceback.format_exc()[-2000:]}
         return {"ok": True, "times_ms": times, "outputs": outputs}
+
+
+def _network_isolated() -> bool:
+    try:
+        return sorted(os.listdir("/sys/class/net")) == ["lo"]
+    except OSError:
+        return False
 
 
 def _same(torch, a, b) -> bool:
@@ -358,7 +427,8 @@ def main() -> None:
         op = cmd.get("op")
         if op == "exit":
             break
-        handler = {"load": worker.load, "run": worker.run, "time": worker.time}.get(op)
+        handler = {"load": worker.load, "run": worker.run, "time": worker.time,
+                   "warm": worker.warm}.get(op)
         worker._keep.clear()  # the judge has copied everything shared for the last command
         if handler is None:
             _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})

@@ -1,0 +1,76 @@
+"""Spare workers: sandbox processes started ahead of need, so start-up leaves the critical path.
+
+Each spare is a fresh `python -I` process that has imported torch (and initialised CUDA on a GPU)
+but has not seen any untrusted code. Taking one hands it to exactly one reference or candidate;
+it is never reused. This is what lets the judge keep the GPU busy: while one candidate is timed,
+the next ones are already started, imported and compiled.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+
+from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+
+
+class SparePool:
+    def __init__(self, device: str, limits: SandboxLimits, work_root: str | None, size: int):
+        self.device, self.limits, self.work_root, self.size = device, limits, work_root, size
+        self._ready: queue.Queue[SandboxWorker] = queue.Queue()
+        self._starting = 0
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self, name: str) -> SandboxWorker:
+        """A started, warmed worker (a spare if one is ready, else a new one)."""
+        try:
+            w = self._ready.get_nowait()
+            w.name = name
+        except queue.Empty:
+            w = self._new()
+        self._refill()
+        return w
+
+    def _new(self) -> SandboxWorker:
+        w = SandboxWorker(self.device, self.limits, self.work_root, name="w")
+        try:
+            w.start()
+            w.request({"op": "warm", "device": self.device}, 120)
+        except (WorkerDied, WorkerTimeout):
+            w.close()
+            raise
+        return w
+
+    def _refill(self) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            missing = self.size - self._ready.qsize() - self._starting
+            if self._closed or missing <= 0:
+                return
+            self._starting += missing
+        for _ in range(missing):
+            threading.Thread(target=self._start_one, daemon=True).start()
+
+    def _start_one(self) -> None:
+        try:
+            w = self._new()
+        except (WorkerDied, WorkerTimeout, OSError):
+            w = None
+        with self._lock:
+            self._starting -= 1
+            closed = self._closed
+        if w is not None:
+            if closed:
+                w.close()
+            else:
+                self._ready.put(w)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        while True:
+            try:
+                self._ready.get_nowait().close()
+            except queue.Empty:
+                break
