@@ -244,26 +244,41 @@ class Evaluator:
             task_path = os.path.join(w.dir, f"task_{task.hash}.py")
             Path(task_path).write_text(task.source, encoding="utf-8")
             phase = "load"
+            phases: dict[str, float] = {}
             try:
+                t0 = time.perf_counter()
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
-                                  "init_seed": 0, "transfer": cfg.transfer_mode,
-                                  "build_dir": str(build)}, cfg.load_timeout_s)
+                                  "transfer": cfg.transfer_mode, "build_dir": str(build)},
+                                 cfg.load_timeout_s)
+                phases["load_s"] = time.perf_counter() - t0
                 ref = self._reference(task)
                 if not ref.ok:
                     return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
                 if not info.get("ok"):
                     return Verdict(status=_status(info.get("status")), backend=backend,
                                    reason=_loading_reason(info), log_tail=w.log_tail())
-                phase = "run"
+                phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
+                t1 = time.perf_counter()
                 with _maybe_lock(cfg):
+                    phases["gpu_wait_s"] = time.perf_counter() - t1
+                    t2 = time.perf_counter()
+                    info = w.request({"op": "build", "init_seed": 0}, cfg.load_timeout_s)
+                    if not info.get("ok"):
+                        return Verdict(status=_status(info.get("status")), backend=backend,
+                                       reason=_loading_reason(info), log_tail=w.log_tail())
+                    phase = "run"
                     v, stats = self._correctness(w, ref, backend)
+                    phases["correctness_s"] = time.perf_counter() - t2
                     if v is None and cfg.timed:
                         phase = "time"
+                        t3 = time.perf_counter()
                         v = self._timing(w, ref, backend, stats)
+                        phases["timing_s"] = time.perf_counter() - t3
                     elif v is None:
                         v = self._correct_verdict(backend, None, ref, stats)
                 v.log_tail = w.log_tail()
+                v.phases_s = {k: round(x, 4) for k, x in phases.items()}
                 return v
             except WorkerTimeout:
                 limit = cfg.load_timeout_s if phase == "load" else cfg.run_timeout_s

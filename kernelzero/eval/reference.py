@@ -99,14 +99,18 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
             with open(task_path, "w", encoding="utf-8") as dst:
                 dst.write(task_source)
             info = w.request({"op": "load", "role": "reference", "task_path": task_path,
-                              "device": cfg.device, "init_seed": init_seed,
-                              "transfer": cfg.transfer_mode}, cfg.load_timeout_s)
+                              "device": cfg.device, "transfer": cfg.transfer_mode},
+                             cfg.load_timeout_s)
             if not info.get("ok"):
                 return ReferenceRun(False, f"the reference failed to load: {info.get('reason')}",
                                     log_tail=w.log_tail())
-            run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
-                               schedule=schedule)
             with _maybe_lock(cfg):
+                info = w.request({"op": "build", "init_seed": init_seed}, cfg.load_timeout_s)
+                if not info.get("ok"):
+                    return ReferenceRun(False, f"the reference failed to build: {info.get('reason')}",
+                                        log_tail=w.log_tail())
+                run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
+                                   schedule=schedule)
                 reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials],
                                    "return_inputs": want_inputs}, cfg.run_timeout_s * 2)
                 if not reply.get("ok"):

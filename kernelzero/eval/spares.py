@@ -35,7 +35,12 @@ class SparePool:
         w = SandboxWorker(self.device, self.limits, self.work_root, name="w")
         try:
             w.start()
-            w.request({"op": "warm", "device": self.device}, 120)
+            if self.device == "cuda":
+                from kernelzero.eval.gpu_lock import GpuLock
+                with GpuLock():  # creating a CUDA context would disturb a timing in progress
+                    w.request({"op": "warm", "device": self.device}, 120)
+            else:
+                w.request({"op": "warm", "device": self.device}, 120)
         except (WorkerDied, WorkerTimeout):
             w.close()
             raise

@@ -66,6 +66,7 @@ class Verdict:
     candidate_hash: str = ""
     env: dict = field(default_factory=dict)
     wall_s: float | None = None       # wall-clock time spent judging this candidate
+    phases_s: dict = field(default_factory=dict)  # load, reference wait, GPU wait, correctness, timing
     log_tail: str = ""                # last lines the candidate printed (for debugging only)
 
     @property

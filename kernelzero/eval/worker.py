@@ -56,6 +56,14 @@ def _classify(e: BaseException, phase: str) -> str:
     return "runtime_error"
 
 
+def _failure(e: BaseException, phase: str) -> dict:
+    if isinstance(e, SystemExit):
+        return {"ok": False, "status": "runtime_error", "phase": phase,
+                "reason": f"the module called sys.exit({e.code}) while loading"}
+    return {"ok": False, "status": _classify(e, phase), "phase": phase,
+            "reason": _one_line(e), "detail": traceback.format_exc()[-2000:]}
+
+
 def _import_file(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -95,6 +103,8 @@ class Worker:
         self.primitives = _capture_primitives(torch)
         self.device = "cpu"
         self.ref = None        # the reference module (for get_inputs / get_init_inputs)
+        self.cand = None       # the candidate module (ModelNew)
+        self.role = "reference"
         self.model = None      # the nn.Module under test (Model or ModelNew)
         self.out_dir = os.getcwd()
         self.transfer = "host"  # or "ipc": CUDA outputs shared with the judge, not copied
@@ -140,10 +150,12 @@ class Worker:
 
     # ------------------------------------------------------------------ commands
     def warm(self, cmd: dict) -> dict:
-        """Pay start-up costs before any untrusted code arrives (CUDA context, Triton import)."""
+        """Pay start-up costs before any untrusted code arrives (CUDA context, Triton import).
+        The judge holds the GPU while a spare creates its CUDA context."""
         if cmd.get("device") == "cuda":
             self.torch.cuda.init()
             self.torch.empty(1, device="cuda")
+            self.torch.cuda.synchronize()
         try:
             import triton  # noqa: F401
         except ImportError:
@@ -151,45 +163,52 @@ class Worker:
         return {"ok": True}
 
     def load(self, cmd: dict) -> dict:
-        torch = self.torch
+        """Import the reference (and the candidate): this is where CUDA extensions compile.
+
+        Runs while other workers may be timing, so it touches the GPU as little as it can; the
+        model is built by `build`, which the judge runs with the GPU held.
+        """
         self.device = cmd["device"]
         for var, sub in (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton")):
             if cmd.get("build_dir"):  # one build cache per candidate source, chosen by the judge
                 os.environ[var] = os.path.join(cmd["build_dir"], sub)
         self.transfer = cmd.get("transfer", "host")
+        self.role = cmd["role"]
+        try:
+            self.ref = _import_file(cmd["task_path"], "kz_reference")
+            if self.role == "candidate":
+                self.cand = _import_file(cmd["candidate_path"], "kz_candidate")
+                if not hasattr(self.cand, "ModelNew"):
+                    return {"ok": False, "status": "format_error",
+                            "reason": "the candidate defines no `ModelNew` class"}
+        except BaseException as e:  # noqa: BLE001 - every failure becomes a reply
+            return _failure(e, "import")
+        return {"ok": True}
+
+    def build(self, cmd: dict) -> dict:
+        """Build the model under the init seed; candidates get the reference's weights."""
+        torch = self.torch
         if self.device == "cuda":
             torch.cuda.init()
             self.primitives["l2_reset"] = _l2_reset_function()
-        phase = "import"
+        phase = "init"
         try:
-            self.ref = _import_file(cmd["task_path"], "kz_reference")
             seed = int(cmd.get("init_seed", 0))
             torch.manual_seed(seed)
             init = list(self.ref.get_init_inputs())
-            if cmd["role"] == "reference":
-                phase = "init"
-                torch.manual_seed(seed)
+            torch.manual_seed(seed)
+            if self.role == "reference":
                 self.model = self.ref.Model(*init)
                 loaded = []
             else:
-                cand = _import_file(cmd["candidate_path"], "kz_candidate")
-                phase = "init"
-                if not hasattr(cand, "ModelNew"):
-                    return {"ok": False, "status": "format_error",
-                            "reason": "the candidate defines no `ModelNew` class"}
-                torch.manual_seed(seed)
-                self.model = cand.ModelNew(*init)
+                self.model = self.cand.ModelNew(*init)
                 loaded = self._load_reference_weights(init, seed)
             if isinstance(self.model, torch.nn.Module):
                 self.model = self.model.to(self.device).eval()
             if self.device == "cuda":
                 torch.cuda.synchronize()
-        except BaseException as e:  # noqa: BLE001 - every failure becomes a reply
-            if isinstance(e, SystemExit):
-                return {"ok": False, "status": "runtime_error",
-                        "reason": f"the module called sys.exit({e.code}) while loading"}
-            return {"ok": False, "status": _classify(e, phase), "phase": phase,
-                    "reason": _one_line(e), "detail": traceback.format_exc()[-2000:]}
+        except BaseException as e:  # noqa: BLE001
+            return _failure(e, phase)
         info = {"ok": True, "weights_loaded": loaded, "network_isolated": _network_isolated()}
         if self.device == "cuda":
             info["gpu"] = torch.cuda.get_device_name()
@@ -427,8 +446,8 @@ def main() -> None:
         op = cmd.get("op")
         if op == "exit":
             break
-        handler = {"load": worker.load, "run": worker.run, "time": worker.time,
-                   "warm": worker.warm}.get(op)
+        handler = {"load": worker.load, "build": worker.build, "run": worker.run,
+                   "time": worker.time, "warm": worker.warm}.get(op)
         worker._keep.clear()  # the judge has copied everything shared for the last command
         if handler is None:
             _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
