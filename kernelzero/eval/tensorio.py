@@ -53,7 +53,7 @@ def encode(obj, fh, depth: int = 0, keep: list | None = None) -> dict:
             keep.append(plain)
             return desc
         data = torch.Tensor.contiguous(torch.Tensor.cpu(t)) if t.numel() else t.cpu()
-        raw = memoryview(data.view(torch.uint8).numpy()).cast("B") if data.numel() else b""
+        raw = memoryview(data.reshape(-1).view(torch.uint8).numpy()).cast("B") if data.numel() else b""
         desc["offset"] = fh.tell()
         desc["nbytes"] = len(raw)
         fh.write(raw)

@@ -204,7 +204,9 @@ class Worker:
                 self.model = self.cand.ModelNew(*init)
                 loaded = self._load_reference_weights(init, seed)
             if isinstance(self.model, torch.nn.Module):
-                self.model = self.model.to(self.device).eval()
+                # No .eval(): KernelBench judges modules in their default (training) mode, where
+                # BatchNorm uses batch statistics; reference and candidate get the same mode.
+                self.model = self.model.to(self.device)
             if self.device == "cuda":
                 torch.cuda.synchronize()
         except BaseException as e:  # noqa: BLE001
