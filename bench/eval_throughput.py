@@ -114,10 +114,12 @@ def throughput(workers: int, quick: bool, transfer: str = "auto") -> dict:
             ref_gpu += n_ref_calls * v.ref_runtime_ms.median_ms / 1e3
     rows = [{"candidate": c.name, "status": v.status, "runtime_ms": v.runtime_ms.median_ms if v.runtime_ms else None,
              "ref_ms": v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None,
-             "speedup": v.speedup, "wall_s": v.wall_s, "reason": v.reason[:160]}
+             "speedup": v.speedup, "wall_s": v.wall_s, "phases_s": v.phases_s, "reason": v.reason[:160]}
             for (_, c), v in zip(pairs, verdicts)]
     gpu = cand_gpu + ref_gpu
-    return {"candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
+    phase_names = sorted({k for v in verdicts for k in v.phases_s})
+    phases_sum = {k: sum(v.phases_s.get(k, 0.0) for v in verdicts) for k in phase_names}
+    return {"phases_sum_s": phases_sum,"candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
             "transfer": cfg.transfer_mode,
@@ -169,6 +171,8 @@ def main() -> None:
           f"[{tp['transfer']}, {tp['workers']} workers]: wall {tp['wall_s']:.1f} s, "
           f"GPU work {tp['gpu_s']:.1f} s -> wall/GPU = {tp['wall_over_gpu']:.2f}x "
           f"(KernelBench's evaluator: 402 s / 19 s = 21x)")
+    print("  summed per-candidate phases (s): " +
+          ", ".join(f"{k} {x:.1f}" for k, x in tp["phases_sum_s"].items()))
     if not args.skip_repeat:
         res["repeatability"] = repeatability(args.workers)
         for name, r in res["repeatability"].items():

@@ -12,7 +12,7 @@ import importlib
 import sys
 
 # Order is the order of `kernelzero --help`.
-COMMANDS = ["eval", "tasks", "report", "serve", "generate", "bench", "train"]
+COMMANDS = ["eval", "tasks", "report", "serve", "generate", "bench", "train", "distill", "sft", "catalog", "propose"]
 
 
 class UsageError(Exception):

@@ -31,6 +31,10 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=int, default=None, help="candidates judged at once")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed for correctness trials (and again for timing)")
+    g.add_argument("--pool", choices=["local", "ray"], default="local",
+                   help="judge in this process's workers, or across a Ray cluster (one judge per GPU)")
+    g.add_argument("--ray-address", default=None,
+                   help="Ray cluster to join (default: start a local one); with --pool ray")
 
 
 def eval_config_from_args(args):
@@ -149,12 +153,20 @@ def _batch(args) -> int:
     pairs, orphans = _pairs(args.tasks, args.samples, args.backend)
     if orphans:
         print(f"{len(orphans)} sample(s) match no task, skipped (e.g. {orphans[0]})", file=sys.stderr)
+    from kernelzero.eval.pools import make_pool
     cfg = eval_config_from_args(args)
     store = Store(args.db)
     counts: Counter = Counter()
-    with Evaluator(cfg, ref_cache=store) as ev:
-        env_key = ev.env_key()
-        keyed = [(verdict_key(t.hash, c.hash, cfg.device, env_key), t, c) for t, c in pairs]
+    if args.pool == "local":
+        pool = Evaluator(cfg, ref_cache=store)
+        env_key = pool.env_key()
+    else:
+        env_key = Evaluator(cfg).env_key()  # the same key whichever pool judges
+        pool = make_pool("ray", cfg, ray_address=args.ray_address)
+    with pool as ev:
+        # One row per sample (identical code in two samples still counts twice for pass@k).
+        keyed = [(verdict_key(t.hash, c.hash, cfg.device, env_key) + f"/s{c.sample_id}", t, c)
+                 for t, c in pairs]
         todo = [(k, t, c) for k, t, c in keyed if store.get(k, run=args.run) is None]
         done_before = len(keyed) - len(todo)
         bar = tqdm(total=len(keyed), initial=done_before, desc="judging", unit="cand",

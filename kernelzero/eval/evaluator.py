@@ -128,8 +128,11 @@ class Evaluator:
             futures = [pool.submit(work, i) for i in order]
             for f in futures:
                 f.result()
-        except BaseException:
+        except KeyboardInterrupt:  # Ctrl-C: kill every worker now; nothing half-judged is kept
             self.abort()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        except BaseException:  # a bug in the judge: stop this batch, keep the evaluator usable
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)

@@ -1,0 +1,205 @@
+"""`kernelzero generate`: sample kernels for one module from a model, judge them, keep the best.
+
+Covers: arguments, building the backend, prompt and evaluator from them, progress, the rendering
+of attempts and of the chosen kernel, and writing it to a file. The loop itself is
+`kernelzero.coder.loop`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Model, prompt and judging options shared by `generate` and `bench`."""
+    from kernelzero.models import SPEC_HELP
+
+    p.add_argument("--model", required=True, metavar="SPEC", help=f"model backend: {SPEC_HELP}")
+    p.add_argument("--backend", choices=("triton", "cuda"), default="triton",
+                   help="kernel language asked for (default: %(default)s)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                   help="where candidates run: cuda compiles, runs and times; cpu runs Triton "
+                        "through the interpreter, correctness only (default: cuda when available)")
+    p.add_argument("--style", choices=("kernelbench", "principles"), default="kernelbench",
+                   help="prompt: KernelBench's one-shot prompt, or one that also states the "
+                        "optimisation principles (default: %(default)s)")
+    p.add_argument("--no-example", action="store_true",
+                   help="leave the worked example out of the prompt (short prompts for models "
+                        "with small context windows)")
+    p.add_argument("--policy", choices=("strict", "kernelbench"), default="strict",
+                   help="strict: the work must happen in the candidate's own kernels; "
+                        "kernelbench: PyTorch ops allowed (default: %(default)s)")
+    p.add_argument("--temperature", type=float, default=0.7,
+                   help="sampling temperature; 0 = greedy (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=0.95,
+                   help="nucleus sampling mass in (0, 1] (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=4096,
+                   help="most tokens per completion (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="candidates judged at once (default: the evaluator's)")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "generate", help="sample kernels for one module from a model and keep the fastest "
+                         "correct one",
+        description="Sample k candidate kernels for a PyTorch module (KernelBench format) from a "
+                    "model, judge every one, optionally feed compile errors, mismatches and "
+                    "timings back for more turns, and write the fastest correct kernel to a file.")
+    p.add_argument("module", help="reference module file (class Model, get_inputs, "
+                                  "get_init_inputs)")
+    add_model_args(p)
+    p.add_argument("-k", type=int, default=8, help="samples (default: %(default)s)")
+    p.add_argument("--turns", type=int, default=1,
+                   help="attempts per sample: turns after the first repair failed attempts "
+                        "(and, on a GPU, speed up correct ones) (default: %(default)s)")
+    p.add_argument("--out", default=None,
+                   help="where the best kernel goes (default: MODULE_STEM_new.py here)")
+    p.set_defaults(func=run)
+
+
+def build_common(args):
+    """(backend, EvalConfig, PromptConfig, SamplingConfig) from the shared options.
+
+    Raises UsageError for bad values, an unknown spec, or a backend that cannot be built."""
+    from kernelzero.cli import UsageError
+    from kernelzero.coder.prompts import PromptConfig, detect_gpu_facts
+    from kernelzero.eval import EvalConfig
+    from kernelzero.models import BackendError, BackendSpecError, SamplingConfig, load_backend
+
+    device = args.device
+    if device is None:
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
+                                  max_new_tokens=args.max_new_tokens, seed=args.seed)
+        eval_kw = dict(device=device, policy=args.policy,
+                       compile_baseline=getattr(args, "compile_baseline", False))
+        if args.workers is not None:
+            eval_kw["max_workers"] = args.workers
+        eval_cfg = EvalConfig(**eval_kw)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    gpu = detect_gpu_facts() if device == "cuda" else None
+    prompt_cfg = PromptConfig(backend=args.backend, style=args.style, gpu=gpu,
+                              example=not args.no_example)
+    try:
+        backend = load_backend(args.model)
+    except (BackendSpecError, BackendError) as e:
+        raise UsageError(str(e)) from None
+    return backend, eval_cfg, prompt_cfg, sampling
+
+
+def _progress(total: int, desc: str, quiet: bool):
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit="cand", file=sys.stderr, disable=quiet or None,
+                leave=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kernelzero.cli import UsageError
+    from kernelzero.coder.loop import LoopConfig, best_attempt, run_loop
+    from kernelzero.eval import Evaluator
+    from kernelzero.models import BackendError
+    from kernelzero.tasks import Task
+    from kernelzero.tasks.task import static_check_task
+
+    module = Path(args.module)
+    if not module.is_file():
+        raise UsageError(f"no module file at {module}")
+    task = Task.from_file(module)
+    problem = static_check_task(task.source)
+    if problem:
+        raise UsageError(f"{module} is not a reference module: {problem}")
+    if args.k < 1 or args.turns < 1:
+        raise UsageError("-k and --turns must be at least 1")
+    backend, eval_cfg, prompt_cfg, sampling = build_common(args)
+    loop_cfg = LoopConfig(k=args.k, turns=args.turns, prompt=prompt_cfg, sampling=sampling)
+    out = Path(args.out) if args.out else Path(f"{module.stem}_new.py")
+
+    bars: dict[int, object] = {}
+
+    def on_turn(turn: int, n: int) -> None:
+        bars[turn] = _progress(n, f"judging turn {turn}", args.json)
+
+    def on_verdict(attempt) -> None:
+        bars[attempt.turn].update(1)
+
+    if not args.json:
+        print(f"sampling {args.k} from {backend.spec} for {task.key} "
+              f"({args.backend}, {eval_cfg.device})", file=sys.stderr)
+    try:
+        with Evaluator(eval_cfg) as ev:
+            chains = run_loop(backend, ev, task, loop_cfg, on_verdict=on_verdict,
+                              on_turn=on_turn)
+    except BackendError as e:
+        print(f"kernelzero generate: the model backend failed: {e}", file=sys.stderr)
+        return 1
+    for bar in bars.values():
+        bar.close()
+    attempts = [a for c in chains for a in c.attempts]
+    best = best_attempt(attempts)
+    if best is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(best.code, encoding="utf-8")
+    if args.json:
+        print(json.dumps({
+            "task": task.key, "task_hash": task.hash, "model": backend.spec,
+            "backend": args.backend, "device": eval_cfg.device, "k": args.k,
+            "turns": args.turns, "samples_returned": len(chains),
+            "attempts": [a.to_dict() for a in attempts],
+            "best": None if best is None else {**best.to_dict(), "verdict": best.verdict.to_dict()},
+            "out": str(out) if best is not None else None}, default=str))
+        return 0
+    _print_attempts(attempts)
+    if not chains:
+        print(f"the model returned no completions for {task.key} (a replay record without "
+              f"this task?); nothing to judge")
+    elif best is None:
+        _explain_none(attempts)
+    else:
+        v = best.verdict
+        timing = (f", {v.runtime_ms.median_ms:.4g} ms, {v.speedup:.3g}x over eager"
+                  if v.runtime_ms is not None and v.speedup is not None else
+                  " (not timed on this device)")
+        print(f"\nbest: sample {best.sample}, turn {best.turn}: correct{timing}")
+        print(f"verdict: {v.reason}")
+        print(f"kernel written to {out}")
+    return 0
+
+
+def _print_attempts(attempts) -> None:
+    print(f"{'sample':>6} {'turn':>4}  {'status':<14} {'speedup':>8}  reason")
+    for a in sorted(attempts, key=lambda a: (a.sample, a.turn)):
+        v = a.verdict
+        speed = f"{v.speedup:.3g}x" if v.speedup is not None else "-"
+        reason = v.reason.replace("\n", " ")
+        print(f"{a.sample:>6} {a.turn:>4}  {v.status:<14} {speed:>8}  "
+              f"{reason[:90] + ('...' if len(reason) > 90 else '')}")
+
+
+def _explain_none(attempts) -> None:
+    counts = Counter(a.verdict.status for a in attempts)
+    summary = ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    turns = max(a.turn for a in attempts)
+    print(f"\nno correct kernel: {len(attempts)} attempts over {turns} turn(s) ({summary}); "
+          f"nothing was written.")
+    hints = {
+        "format_error": "the model's answers held no code defining `class ModelNew`: check the "
+                        "model follows instructions (or use a chat/instruct model)",
+        "compile_error": "the code did not compile: more repair turns (--turns) feed the errors "
+                         "back",
+        "incorrect": "the kernels ran but computed something else: more samples (-k) or turns",
+        "rejected": "the kernels were refused by policy (a CUDA kernel on a CPU machine, or "
+                    "PyTorch doing the work under --policy strict)",
+        "invalid_task": "the reference module itself failed: run `kernelzero eval` on it",
+    }
+    for status, _ in counts.most_common():
+        if status in hints:
+            print(f"  - {status}: {hints[status]}")

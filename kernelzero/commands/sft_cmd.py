@@ -1,0 +1,50 @@
+"""`kernelzero sft`: fine-tune a model on distilled kernels (TRL SFTTrainer, completion-only loss).
+
+    kernelzero sft --model PATH --data DATA.jsonl --out CKPT [--lora] [--epochs 2] [--max-steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sft", help="fine-tune on distilled kernels (completion-only loss, LoRA optional)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="local checkpoint directory")
+    p.add_argument("--data", required=True, help="JSONL written by `kernelzero distill`")
+    p.add_argument("--out", required=True, help="where the fine-tuned model (or adapter) goes")
+    p.add_argument("--epochs", type=float, default=2.0)
+    p.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: run the epochs)")
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--max-length", type=int, default=8192)
+    p.add_argument("--lora", action="store_true", help="train a LoRA adapter (peft)")
+    p.add_argument("--lora-r", type=int, default=16)
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from kernelzero.cli import UsageError
+    from kernelzero.train.sft import SFTRunConfig, run_sft
+
+    if not Path(args.model).is_dir():
+        raise UsageError(f"--model {args.model}: no checkpoint directory")
+    if not Path(args.data).is_file():
+        raise UsageError(f"--data {args.data}: no such file")
+    try:
+        cfg = SFTRunConfig(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
+                           batch_size=args.batch_size, grad_accum=args.grad_accum,
+                           max_length=args.max_length, lora=args.lora, lora_r=args.lora_r,
+                           bf16=args.bf16, seed=args.seed)
+        out = run_sft(args.model, args.data, args.out, cfg)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    print(json.dumps(out) if args.json else
+          f"trained {out['steps']} steps on {out['rows']} rows (loss {out['train_loss']:.3f}) -> {out['out']}")
+    return 0

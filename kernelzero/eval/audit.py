@@ -1,0 +1,427 @@
+"""The degenerate-task audit: flag reference modules that cannot measure a kernel.
+
+A reference is degenerate when a cheap, wrong candidate would be judged correct, or when no
+candidate can be. Flags (reason codes):
+    probe_failed      the reference does not load or run in the sandbox
+    non_finite        an output holds NaN/Inf on the task's own inputs
+    nondeterministic  two calls on the same inputs differ (dropout with training=True, RNG use)
+    zeros / constant  an all-zero / a constant-filled tensor would pass the comparison
+    identity          returning an input unchanged would pass
+    seed_independent  the outputs for two different input seeds match (a stored tensor would pass)
+    ignores_input     an input can be changed without changing the output
+    ignores_weights   the module has parameters but perturbing them does not change the output
+    small_output      (almost) every output value is within the absolute tolerance of zero
+    weights_constant  (warning unless `strict_weights`) the parameters do not depend on the
+                      initialisation seed (e.g. norm layers' ones/zeros), so a kernel can
+                      hard-code them
+"Would pass" mirrors the evaluator's comparison (eval/compare.py): elementwise
+|c - r| <= atol + rtol |r| and ||c - r|| / ||r|| <= rtol, at the evaluator's tolerance.
+
+How: one `Evaluator.probe_reference` call on a *wrapped* copy of the task, on two input seeds.
+The wrapper renames the task's `Model` (so `super(Model, self)` keeps working) and defines a new
+`Model` whose forward calls the original on the real inputs, again on fresh copies of them (the
+determinism check, with the RNG advanced in between), on a deep copy with perturbed parameters,
+on a copy built under another init seed, and once per input with that input permuted and scaled.
+Outputs above KEEP elements come back as a fixed sample (same positions everywhere).
+`audit_many` runs several wrapped tasks as one bundle module: one sandbox start for all.
+Everything runs in the evaluator's sandbox; nothing of the task is imported here.
+
+Not covered: hostile references that detect the wrapper (a reference is the Proposer's or a
+benchmark's code, not an adversary's); timing (the Proposer's validation times the original).
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+
+import torch
+
+from kernelzero.tasks.task import Task
+
+CODES = ("probe_failed", "non_finite", "nondeterministic", "zeros", "constant", "identity",
+         "seed_independent", "ignores_input", "ignores_weights", "small_output", "weights_constant")
+
+_ORIG = "_KZAuditOriginalModel"
+# Outputs larger than this come back as a fixed sample of KEEP elements (the same positions in
+# every section), so GPU-sized tasks do not ship gigabytes per probe; checks use the sample.
+KEEP = 1 << 18
+_PRIME = 1000003
+
+
+def _pick(t: torch.Tensor) -> torch.Tensor:
+    """The wrapper's element sample, reproduced here (for comparing inputs with outputs)."""
+    t = t.reshape(-1)
+    if t.numel() <= KEEP:
+        return t
+    return t[(torch.arange(KEEP, dtype=torch.int64) * _PRIME) % t.numel()]
+_WRAPPER = '''
+
+# ---- appended by kernelzero.eval.audit: the audit wrapper --------------------------------------
+import copy as _kz_copy
+import torch as _kz_torch
+
+
+_KZ_K = _KZ_KEEP
+
+
+def _kz_leaves(out):
+    if isinstance(out, _kz_torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _kz_leaves(o)]
+    if isinstance(out, (int, float, bool)):
+        return [_kz_torch.tensor(float(out))]
+    return []
+
+
+def _kz_pick(t):
+    t = t.reshape(-1)
+    n = t.numel()
+    if n <= _KZ_K:
+        return t
+    idx = (_kz_torch.arange(_KZ_K, dtype=_kz_torch.int64) * 1000003) % n
+    return t[idx.to(t.device)]
+
+
+def _kz_flat(out):
+    return [_kz_pick(t) for t in _kz_leaves(out)]
+
+
+def _kz_vary(a):
+    if not isinstance(a, _kz_torch.Tensor) or a.numel() < 2:
+        return None
+    n = a.numel()
+    perm = (_kz_torch.arange(n, device=a.device, dtype=_kz_torch.int64) * 1000003) % n
+    b = a.reshape(-1)[perm].reshape(a.shape)  # a fixed shuffle, cheap on any device
+    if a.is_floating_point():
+        b = b * 1.25
+    return None if _kz_torch.equal(a, b) else b
+
+
+class Model(_kz_torch.nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.kz_ref = _ORIG(*args, **kwargs)
+        self.kz_alt = None
+        self.kz_seeded = None
+        if any(True for _ in self.kz_ref.parameters()):
+            self.kz_alt = _kz_copy.deepcopy(self.kz_ref)
+            with _kz_torch.no_grad():
+                for p in self.kz_alt.parameters():
+                    if p.is_floating_point():
+                        p.add_(_kz_torch.randn_like(p) * (p.abs().mean() * 0.5 + 0.05))
+            _kz_torch.manual_seed(987654321)
+            self.kz_seeded = _ORIG(*args, **kwargs)
+
+    def forward(self, *args):
+        T = _kz_torch
+        spare = [a.clone() if isinstance(a, T.Tensor) else a for a in args]
+
+        def fresh():
+            return [a.clone() if isinstance(a, T.Tensor) else a for a in spare]
+
+        leaves = _kz_leaves(self.kz_ref(*args))
+        out1 = [_kz_pick(t) for t in leaves]
+        res = [T.tensor([len(out1), len(spare)])]
+        res += [T.tensor([t.dim()] + list(t.shape)) for t in leaves] + out1
+        res += _kz_flat(self.kz_ref(*fresh()))
+        for extra in (self.kz_alt, self.kz_seeded):
+            if extra is None:
+                res += [T.zeros(1)] + [T.zeros_like(o) for o in out1]
+            else:
+                res += [T.ones(1)] + _kz_flat(extra(*fresh()))
+        for i in range(len(spare)):
+            varied = _kz_vary(spare[i])
+            if varied is None:
+                res += [T.zeros(1)] + [T.zeros_like(o) for o in out1]
+            else:
+                xs = fresh()
+                xs[i] = varied
+                res += [T.ones(1)] + _kz_flat(self.kz_ref(*xs))
+        return tuple(res)
+'''.replace("_ORIG", _ORIG).replace("_KZ_KEEP", str(KEEP))
+
+
+_BUNDLE = '''
+import torch as _kz_bt
+
+_KZ_SOURCES = _KZ_MEMBERS
+_KZ_NS = []
+for _kz_src in _KZ_SOURCES:
+    _kz_ns = {"__name__": "kz_audit_member"}
+    exec(compile(_kz_src, "<kz-audit-member>", "exec"), _kz_ns)
+    _KZ_NS.append(_kz_ns)
+_KZ_COUNTS = []
+
+
+class Model(_kz_bt.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.kz_members = _kz_bt.nn.ModuleList(
+            [ns["Model"](*ns["get_init_inputs"]()) for ns in _KZ_NS])
+
+    def forward(self, *xs):
+        res, pos = [], 0
+        for m, k in zip(self.kz_members, _KZ_COUNTS):
+            out = list(m(*xs[pos:pos + k]))
+            pos += k
+            res += [_kz_bt.tensor([len(out)])] + out
+        return tuple(res)
+
+
+def get_inputs():
+    out = []
+    _KZ_COUNTS.clear()
+    for ns in _KZ_NS:
+        xs = list(ns["get_inputs"]())
+        _KZ_COUNTS.append(len(xs))
+        out += xs
+    return out
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@dataclass
+class AuditResult:
+    """ok: no flag raised. reasons: one `code: explanation` line per flag. details: figures."""
+
+    ok: bool
+    reasons: list[str] = field(default_factory=list)
+    details: dict = field(default_factory=dict)
+
+    @property
+    def codes(self) -> list[str]:
+        return [r.split(":", 1)[0] for r in self.reasons]
+
+    def to_dict(self) -> dict:
+        return {"ok": self.ok, "reasons": self.reasons, "details": self.details}
+
+
+class _Rename(ast.NodeTransformer):
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if node.id == "Model":
+            node.id = _ORIG
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        if node.name == "Model":
+            node.name = _ORIG
+        self.generic_visit(node)
+        return node
+
+
+def wrapped_source(source: str) -> str:
+    """The task's source with `Model` renamed and the audit wrapper appended."""
+    tree = _Rename().visit(ast.parse(source))
+    return ast.unparse(tree) + "\n" + _WRAPPER
+
+
+def would_pass(cand: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float) -> bool:
+    """Whether the evaluator's comparison would accept `cand` for `ref` (finite positions)."""
+    if tuple(cand.shape) != tuple(ref.shape):
+        return False
+    if not ref.is_floating_point():
+        return bool(torch.equal(cand.to(ref.dtype), ref))
+    r, c = ref.double(), cand.double()
+    fin = torch.isfinite(r)
+    if not bool(fin.any()):
+        return False
+    diff, mag = (c - r).abs()[fin], r.abs()[fin]
+    if bool((diff > atol + rtol * mag).any()):
+        return False
+    norm = float(mag.norm())
+    return norm == 0 or float(diff.norm()) / norm <= rtol
+
+
+def _tolerance(evaluator, dtype: torch.dtype, override):
+    if override is not None:
+        return override
+    name = str(dtype).removeprefix("torch.")
+    return evaluator.config.tolerance_for(name)
+
+
+def _split(flat: list) -> dict:
+    """Undo the wrapper's layout: header [k, n_inputs], k shapes, then sections of k outputs."""
+    k, n_in = (int(v) for v in flat[0].tolist())
+    pos = 1
+
+    def take(n):
+        nonlocal pos
+        part = flat[pos:pos + n]
+        pos += n
+        return part
+
+    shapes = [tuple(int(v) for v in t.tolist()[1:]) for t in take(k)]
+    out = {"shapes": shapes, "out": take(k), "again": take(k)}
+    for name in ("alt", "seeded"):
+        flag, part = bool(take(1)[0].item()), take(k)
+        out[name] = part if flag else None
+    out["inputs"] = []
+    for _ in range(n_in):
+        flag, part = bool(take(1)[0].item()), take(k)
+        out["inputs"].append(part if flag else None)
+    if pos != len(flat):
+        raise ValueError(f"{len(flat) - pos} unexpected trailing outputs")
+    return out
+
+
+def _all_pass(cands: list, refs: list, tol) -> bool:
+    return all(would_pass(c, r, *tol(r)) for c, r in zip(cands, refs))
+
+
+def audit_task(evaluator, task: Task, seeds: tuple[int, int] = (1234, 5678),
+               tolerance: tuple[float, float] | None = None, init_seed: int = 0,
+               min_significant: float = 0.05, strict_weights: bool = False) -> AuditResult:
+    """Audit one reference module. `tolerance` overrides the evaluator's (atol, rtol).
+
+    min_significant: `small_output` when fewer than this share of an output's values exceed the
+    absolute tolerance. strict_weights: make `weights_constant` a failing flag, not a warning.
+    """
+    if len(set(seeds)) != 2:
+        raise ValueError("audit_task needs two different input seeds")
+    try:
+        variant = Task.from_source(wrapped_source(task.source), name=f"{task.name}_audit")
+    except SyntaxError as e:
+        return AuditResult(False, [f"probe_failed: the reference does not parse: {e.msg}"])
+    probe = evaluator.probe_reference(variant, seeds=list(seeds), init_seed=init_seed,
+                                      return_inputs=True, time=False)
+    if not probe.ok:
+        return AuditResult(False, [f"probe_failed: {probe.reason}"])
+    return _judge(evaluator, probe.outputs, probe.inputs, probe.mutated_inputs,
+                  probe.peak_mem_bytes, seeds, tolerance, min_significant, strict_weights)
+
+
+def audit_many(evaluator, tasks: list[Task], seeds: tuple[int, int] = (1234, 5678),
+               tolerance: tuple[float, float] | None = None, init_seed: int = 0,
+               min_significant: float = 0.05, strict_weights: bool = False) -> list[AuditResult]:
+    """`audit_task` for several tasks with one sandbox start: the wrapped tasks run as members
+    of one bundle module (each in its own namespace, built and fed in turn). Inputs then come
+    from one seeded stream per trial rather than one per task, which the checks do not mind.
+    If the bundle fails to load or run, every task is audited on its own instead, so one broken
+    task cannot hide the others' results. `peak_mem_bytes` and `mutated_inputs` are not split
+    per task (None and [])."""
+    if len(tasks) <= 1:
+        return [audit_task(evaluator, t, seeds, tolerance, init_seed, min_significant, strict_weights)
+                for t in tasks]
+    single = (lambda t: audit_task(evaluator, t, seeds, tolerance, init_seed, min_significant,
+                                   strict_weights))
+    try:
+        members = [wrapped_source(t.source) for t in tasks]
+    except SyntaxError:
+        return [single(t) for t in tasks]
+    bundle = Task.from_source(_BUNDLE.replace("_KZ_MEMBERS", repr(members)), name="audit_bundle")
+    probe = evaluator.probe_reference(bundle, seeds=list(seeds), init_seed=init_seed,
+                                      return_inputs=True, time=False)
+    if not probe.ok:
+        return [single(t) for t in tasks]
+    try:
+        parts = [_unbundle(o, ins) for o, ins in zip(probe.outputs, probe.inputs)]
+    except (IndexError, ValueError, TypeError, RuntimeError):
+        return [single(t) for t in tasks]
+    out = []
+    for i in range(len(tasks)):
+        outs = [p[i][0] for p in parts]
+        ins = [p[i][1] for p in parts]
+        out.append(_judge(evaluator, outs, ins, [], None, seeds, tolerance, min_significant,
+                          strict_weights))
+    return out
+
+
+def _unbundle(flat: list, inputs: list) -> list[tuple[list, list]]:
+    """Bundle outputs -> per member (its wrapped outputs, its inputs)."""
+    members, pos, ipos = [], 0, 0
+    while pos < len(flat):
+        n = int(flat[pos].item())
+        chunk = flat[pos + 1:pos + 1 + n]
+        n_in = int(chunk[0].tolist()[1])
+        members.append((chunk, inputs[ipos:ipos + n_in]))
+        pos += 1 + n
+        ipos += n_in
+    if ipos != len(inputs):
+        raise ValueError("bundle inputs do not add up")
+    return members
+
+
+def _judge(evaluator, outputs, inputs, mutated, peak, seeds, tolerance, min_significant,
+           strict_weights) -> AuditResult:
+    """The checks, on the wrapped outputs and the inputs of each seed."""
+    try:
+        runs = [_split(o) for o in outputs]
+    except (IndexError, ValueError, TypeError, RuntimeError) as e:
+        return AuditResult(False, [f"probe_failed: unexpected wrapped outputs ({e})"])
+    probe = SimpleNamespace(inputs=inputs, mutated_inputs=mutated, peak_mem_bytes=peak)
+    tol = (lambda r: _tolerance(evaluator, r.dtype, tolerance))
+    reasons: list[str] = []
+    warnings: list[str] = []
+
+    def flag(code: str, text: str) -> None:
+        line = f"{code}: {text}"
+        if line not in reasons:
+            reasons.append(line)
+
+    outs = [r["out"] for r in runs]
+    details = {"seeds": list(seeds), "n_outputs": len(outs[0]),
+               "output_shapes": [list(sh) for sh in runs[0]["shapes"]],
+               "output_dtypes": [str(o.dtype).removeprefix("torch.") for o in outs[0]],
+               "output_bytes": sum(math.prod(sh) * o.element_size()
+                                   for sh, o in zip(runs[0]["shapes"], outs[0])),
+               "input_shapes": [list(x.shape) if isinstance(x, torch.Tensor) else repr(x)
+                                for x in probe.inputs[0]],
+               "input_bytes": sum(x.numel() * x.element_size() for x in probe.inputs[0]
+                                  if isinstance(x, torch.Tensor)),
+               "mutated_inputs": probe.mutated_inputs, "peak_mem_bytes": probe.peak_mem_bytes}
+    if not outs[0]:
+        return AuditResult(False, ["probe_failed: the reference returned no tensor"], details)
+
+    for s, run, inputs in zip(seeds, runs, probe.inputs):
+        for j, o in enumerate(run["out"]):
+            if o.is_floating_point() and not bool(torch.isfinite(o).all()):
+                flag("non_finite", f"output {j} has NaN/Inf on seed {s}")
+        if not _all_pass(run["again"], run["out"], tol):
+            flag("nondeterministic", "two calls on the same inputs gave different outputs "
+                 "(randomness in forward, e.g. dropout with training=True, or hidden state)")
+    for j, o in enumerate(outs[0]):
+        atol, _ = tol(o)
+        if o.is_floating_point() and o.numel():
+            fin = o[torch.isfinite(o)].double().abs()
+            share = float((fin > atol).double().mean()) if fin.numel() else 0.0
+            details.setdefault("significant_share", []).append(round(share, 4))
+            if all(would_pass(torch.zeros_like(run["out"][j]), run["out"][j], *tol(o)) for run in runs):
+                flag("zeros", f"an all-zero tensor would pass for output {j}")
+            elif o.numel() > 1 and all(would_pass(torch.full_like(r["out"][j], float(r["out"][j].double().median())),
+                                                  r["out"][j], *tol(o)) for r in runs):
+                flag("constant", f"a constant-filled tensor would pass for output {j}")
+            elif share < min_significant:
+                flag("small_output", f"only {share:.1%} of output {j}'s values exceed atol={atol:g}")
+        for i, x in enumerate(probe.inputs[0]):
+            if (isinstance(x, torch.Tensor) and x.dtype == o.dtype
+                    and tuple(x.shape) == runs[0]["shapes"][j]
+                    and all(would_pass(_pick(inp[i]), r["out"][j], *tol(o))
+                            for inp, r in zip(probe.inputs, runs))):
+                flag("identity", f"returning input {i} unchanged would pass for output {j}")
+    if _all_pass(runs[0]["out"], runs[1]["out"], tol):
+        flag("seed_independent", f"outputs for seeds {seeds[0]} and {seeds[1]} match: a stored "
+             "tensor would pass")
+    n_inputs = len(runs[0]["inputs"])
+    for i in range(n_inputs):
+        tried = [r["inputs"][i] for r in runs if r["inputs"][i] is not None]
+        if tried and all(_all_pass(v, r["out"], tol) for v, r in zip(
+                [r["inputs"][i] for r in runs], runs) if v is not None):
+            flag("ignores_input", f"changing input {i} does not change the output")
+    if runs[0]["alt"] is not None:
+        details["has_parameters"] = True
+        if all(_all_pass(r["alt"], r["out"], tol) for r in runs):
+            flag("ignores_weights", "perturbing the parameters does not change the output")
+        if all(_all_pass(r["seeded"], r["out"], tol) for r in runs):
+            text = ("weights_constant: the output does not depend on the init seed; parameters are "
+                    "initialised to constants (e.g. norm ones/zeros) and a kernel could hard-code them")
+            (reasons if strict_weights else warnings).append(text)
+    else:
+        details["has_parameters"] = False
+    details["warnings"] = warnings
+    return AuditResult(not reasons, reasons, details)

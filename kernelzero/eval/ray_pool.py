@@ -1,0 +1,455 @@
+"""RayPool: the evaluator spread over every node (and every GPU) of a Ray cluster.
+
+Covers: judging (task, candidate) pairs on Ray actors, each holding a warm `Evaluator` on its
+node; one actor per GPU when judging on CUDA, so each GPU is claimed by exactly one judge and is
+exclusive while a candidate is checked and timed; surviving the loss of a worker process or a
+whole node mid-batch; the same `judge` / `judge_many(pairs, on_verdict)` API as the local
+`Evaluator`, so every caller can take either (see `kernelzero.eval.pools.make_pool`).
+
+Does not cover: judging itself (that is the `Evaluator`, unchanged, inside each actor), storing
+verdicts (the caller's `on_verdict` does that), or starting a multi-node cluster (`ray start
+--head` on one machine, `ray start --address=HEAD:6379` on the others; then pass `address="auto"`
+or the head's address). Every node needs kernelzero installed in the same Python as Ray.
+
+How the work is placed:
+- On CUDA: one actor per GPU of the cluster. Each claims one unit of `gpu_resource` ("GPU": Ray
+  sets its CUDA_VISIBLE_DEVICES for its whole life) and judges up to `runs_per_gpu` candidates at
+  once with one Evaluator: their start-up, imports and compiles (`load_inline`, Triton) overlap
+  on the node's CPUs, while the evaluator's GPU lock lets one of them at a time run its trials or
+  its timing on the GPU. Actors, not one-shot tasks, because the evaluator keeps state worth
+  keeping (reference outputs and timings, started spare workers, CUDA IPC handles opened in the
+  judge process, which ties that process to one GPU for its life).
+- On CPU: one actor per node (`actors` overrides), judging `max_workers` candidates at once.
+- Candidates are handed to whichever actor has a free slot; nodes that join are given actors
+  within `rescan_s`.
+
+Failure rules (nothing lost, nothing delivered twice):
+- An actor whose process or node dies: the candidates it held are handed to other actors (a
+  replacement is started where resources allow), each at most `max_retries` more times. An
+  `OSError` / `MemoryError` raised by the evaluator is retried the same way.
+- Each index reaches `on_verdict` exactly once. A candidate can be *judged* twice (its actor died
+  after judging, before answering) but is *stored* once; `Store.put` is idempotent per (run, key).
+- A candidate still without a verdict after every retry gets `runtime_error` flagged
+  `worker_lost`, never an exception that sinks the batch. (Candidates that shared an actor with
+  one that killed it are retried too; they only end like this if that keeps happening.)
+- Any other exception from the evaluator is a bug in KernelZero: the rest of the batch is still
+  delivered, then `RayPoolError` is raised naming the failed indices. So is a cluster on which
+  no actor could start within `start_timeout_s`.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import os
+import threading
+import time
+from concurrent.futures import Future, wait, FIRST_COMPLETED
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.verdict import Verdict
+
+INSTALL_HINT = ("the Ray pool needs Ray: pip install 'kernelzero[ray]' (or pip install "
+                "'ray[default]'), on every node of the cluster")
+RETRYABLE_EXCEPTIONS = (OSError, MemoryError)
+
+
+def import_ray():
+    """Import Ray, or raise ImportError with the install hint (Ray is an optional dependency)."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(INSTALL_HINT) from e
+    return ray
+
+
+@dataclass
+class RayPoolConfig:
+    """Where and how a RayPool places its work.
+
+    address: the cluster to join: None starts a private local cluster (or joins the one named by
+        the RAY_ADDRESS environment variable), "auto" joins the cluster started on this machine
+        with `ray start`, "HOST:PORT" joins that head. Ignored when Ray is already initialised in
+        this process (the pool then uses that connection and leaves it open on close).
+    use_gpus: whether actors claim `gpu_resource` (one unit each, one actor per unit); None means
+        only when judging on CUDA. True on a CPU run exercises the GPU placement with declared
+        resources (tests).
+    gpu_resource: the Ray resource an actor claims: "GPU" (Ray's own; sets CUDA_VISIBLE_DEVICES)
+        or a custom resource declared with `ray start --resources` (then no CUDA_VISIBLE_DEVICES:
+        on a real GPU machine use "GPU").
+    runs_per_gpu: candidates one GPU actor judges at once (its evaluator's max_workers); None
+        means the EvalConfig's max_workers. Checking and timing stay exclusive on the GPU.
+    actors: number of actors when not claiming GPUs; None means one per alive node.
+    cpus_per_actor: Ray CPUs each actor claims.
+    max_retries: extra attempts for a candidate whose actor died (or whose evaluator raised
+        OSError / MemoryError) before it gets a `worker_lost` runtime_error.
+    start_timeout_s: how long a batch may wait with no actor able to start before it fails.
+    rescan_s: how often the cluster is checked for new or lost nodes while judging.
+    """
+
+    address: str | None = None
+    use_gpus: bool | None = None
+    gpu_resource: str = "GPU"
+    runs_per_gpu: int | None = None
+    actors: int | None = None
+    cpus_per_actor: float = 1.0
+    max_retries: int = 3
+    start_timeout_s: float = 300.0
+    rescan_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.runs_per_gpu is not None and not 1 <= self.runs_per_gpu <= 64:
+            raise ValueError("RayPoolConfig.runs_per_gpu must be in 1..64 (or None: max_workers)")
+        if not self.gpu_resource or not isinstance(self.gpu_resource, str):
+            raise ValueError("RayPoolConfig.gpu_resource must name a Ray resource, e.g. 'GPU'")
+        if self.actors is not None and self.actors < 1:
+            raise ValueError("RayPoolConfig.actors must be >= 1 (or None: one per node)")
+        if self.cpus_per_actor < 0:
+            raise ValueError("RayPoolConfig.cpus_per_actor must be >= 0")
+        if self.max_retries < 0:
+            raise ValueError("RayPoolConfig.max_retries must be >= 0 (a candidate that kills "
+                             "its judge would otherwise be retried forever)")
+        if self.start_timeout_s <= 0 or self.rescan_s <= 0:
+            raise ValueError("RayPoolConfig.start_timeout_s and rescan_s must be positive")
+
+    def claims_gpus(self, config: EvalConfig) -> bool:
+        return self.use_gpus if self.use_gpus is not None else config.device == "cuda"
+
+
+class RayPoolError(RuntimeError):
+    """Some candidates could not be judged: the evaluator raised (a KernelZero bug) or no actor
+    could start. `failures` maps index -> reason."""
+
+    def __init__(self, failures: dict[int, str]):
+        self.failures = failures
+        first = min(failures)
+        super().__init__(f"{len(failures)} candidate(s) could not be judged; first: "
+                         f"#{first}: {failures[first]}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The actor: lives on one node (and one GPU), holds one evaluator.
+
+def default_evaluator_factory(cfg: EvalConfig):
+    from kernelzero.eval import Evaluator
+    return Evaluator(cfg)
+
+
+class JudgeActor:
+    """One warm evaluator on one node; `judge` is called from several actor threads at once."""
+
+    def __init__(self, factory: Callable, cfg: EvalConfig):
+        import ray
+
+        ctx = ray.get_runtime_context()
+        self.where = {"node_id": ctx.get_node_id(), "pid": os.getpid(),
+                      "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
+                      "resources": dict(ctx.get_assigned_resources())}
+        self.ev = factory(cfg)
+
+    def ready(self) -> dict:
+        return self.where
+
+    def judge(self, task, cand) -> tuple[Verdict, dict]:
+        started = time.time()
+        verdict = self.ev.judge(task, cand)
+        return verdict, {**self.where, "started": started, "ended": time.time()}
+
+
+@dataclass
+class _Job:
+    pair: tuple
+    future: Future
+    attempts: int = 0
+
+
+@dataclass
+class _Actor:
+    handle: object
+    slots: int
+    ready: bool = False
+    busy: int = 0
+    where: dict = dataclasses.field(default_factory=dict)
+    created: float = dataclasses.field(default_factory=time.time)
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver side.
+
+class RayPool:
+    """Judge candidates on a Ray cluster; same API as `Evaluator` (see the module docstring)."""
+
+    kind = "ray"
+
+    def __init__(self, config: EvalConfig, ray_config: RayPoolConfig | None = None, *,
+                 address: str | None = None, evaluator_factory: Callable | None = None):
+        """`address` overrides `ray_config.address`; `evaluator_factory(cfg)` builds the judge
+        object inside each actor (default: `Evaluator(cfg)`; it must be picklable)."""
+        self.config = config
+        self.ray_config = rc = ray_config or RayPoolConfig()
+        if address is not None:
+            rc.address = address
+        self._factory = evaluator_factory or default_evaluator_factory
+        self._ray = ray = import_ray()
+        self._owns_ray = False
+        if not ray.is_initialized():
+            ray.init(address=rc.address, include_dashboard=False, configure_logging=False)
+            self._owns_ray = True
+        self._gpu = rc.claims_gpus(config)
+        self._slots = (rc.runs_per_gpu or config.max_workers) if self._gpu else config.max_workers
+        self._actor_cfg = dataclasses.replace(config, max_workers=self._slots)
+        self._actor_cls = ray.remote(JudgeActor)
+        self._cond = threading.Condition()
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._actors: dict[int, _Actor] = {}
+        self._ids = itertools.count()
+        self._inflight: dict = {}   # ObjectRef -> (job, actor id)
+        self._starting: dict = {}   # ObjectRef of ready() -> actor id
+        self._stats = {"judged": 0, "retried": 0, "worker_lost": 0, "actors_lost": 0}
+        self._per_node: collections.Counter = collections.Counter()
+        # Where recent candidates ran: {"node_id", "pid", "gpu_ids", "resources", "started",
+        # "ended", "candidate_hash"} (wall-clock seconds); the newest 10,000 are kept.
+        self.placements: collections.deque[dict] = collections.deque(maxlen=10_000)
+        self._closed = False
+        self._broken: str | None = None
+        if self._desired_actors() < 1:
+            raise RuntimeError(
+                f"the Ray cluster offers 0 of resource {rc.gpu_resource!r}, and every judge "
+                f"claims one: start the nodes with GPUs (`ray start --num-gpus N`, or "
+                f"`--resources` for a custom name), or judge on CPU")
+        self._scale()
+        self._thread = threading.Thread(target=self._loop, name="kz-raypool", daemon=True)
+        self._thread.start()
+
+    # -- actors ------------------------------------------------------------------------------
+    def _desired_actors(self) -> int:
+        rc, ray = self.ray_config, self._ray
+        if self._gpu:
+            return int(ray.cluster_resources().get(rc.gpu_resource, 0) + 1e-6)
+        if rc.actors is not None:
+            return rc.actors
+        return max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
+
+    def _scale(self) -> None:
+        """Start actors until there are as many as the cluster has room for."""
+        rc = self.ray_config
+        opts = {"num_cpus": rc.cpus_per_actor, "max_concurrency": self._slots,
+                "max_restarts": 0, "scheduling_strategy": "SPREAD"}
+        if self._gpu:
+            opts.update({"num_gpus": 1} if rc.gpu_resource == "GPU"
+                        else {"resources": {rc.gpu_resource: 1}})
+        while len(self._actors) < self._desired_actors():
+            handle = self._actor_cls.options(**opts).remote(self._factory, self._actor_cfg)
+            aid = next(self._ids)
+            self._actors[aid] = _Actor(handle, self._slots)
+            self._starting[handle.ready.remote()] = aid
+
+    def _drop_actor(self, aid: int) -> None:
+        actor = self._actors.pop(aid, None)
+        if actor is not None:
+            self._stats["actors_lost"] += 1
+            try:
+                self._ray.kill(actor.handle)
+            except Exception:  # already gone with its node
+                pass
+
+    # -- the scheduler thread ----------------------------------------------------------------
+    def _loop(self) -> None:
+        try:
+            self._schedule()
+        except BaseException as e:  # lost the cluster, or a bug: nobody may wait forever
+            with self._cond:
+                self._broken = f"the RayPool scheduler stopped: {type(e).__name__}: {e}"
+                jobs = list(self._queue) + [job for job, _ in self._inflight.values()]
+                self._queue.clear()
+                self._inflight.clear()
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(RuntimeError(self._broken))
+
+    def _schedule(self) -> None:
+        last_scan = time.time()
+        while True:
+            with self._cond:
+                while not self._closed and not self._queue and not self._inflight \
+                        and not self._starting:
+                    self._cond.wait(1.0)
+                if self._closed:
+                    return
+                self._assign()
+                refs = list(self._inflight) + list(self._starting)
+            if time.time() - last_scan > self.ray_config.rescan_s:
+                last_scan = time.time()
+                with self._cond:
+                    self._scale()
+                    self._check_stalled()
+            if not refs:
+                time.sleep(0.05)
+                continue
+            done, _ = self._ray.wait(refs, num_returns=1, timeout=0.2)
+            for ref in done:
+                self._finish(ref)
+
+    def _assign(self) -> None:
+        for aid, actor in list(self._actors.items()):
+            while actor.ready and actor.busy < actor.slots and self._queue:
+                job = self._queue.popleft()
+                ref = actor.handle.judge.remote(*job.pair)
+                self._inflight[ref] = (job, aid)
+                actor.busy += 1
+
+    def _check_stalled(self) -> None:
+        if not self._queue or any(a.ready for a in self._actors.values()):
+            return
+        oldest = min((a.created for a in self._actors.values()), default=0.0)
+        if time.time() - oldest > self.ray_config.start_timeout_s:
+            while self._queue:
+                self._queue.popleft().future.set_exception(RuntimeError(
+                    f"no judging actor could start on the Ray cluster within "
+                    f"{self.ray_config.start_timeout_s:g} s"))
+
+    def _finish(self, ref) -> None:
+        from ray import exceptions as rex
+
+        with self._cond:
+            if ref in self._starting:
+                aid = self._starting.pop(ref)
+                try:
+                    where = self._ray.get(ref)
+                except rex.RayError:
+                    self._drop_actor(aid)  # could not start (its node went away): try again
+                    self._scale()
+                    return
+                if aid in self._actors:
+                    self._actors[aid].ready, self._actors[aid].where = True, where
+                return
+            job, aid = self._inflight.pop(ref)
+            if aid in self._actors:
+                self._actors[aid].busy -= 1
+        try:
+            verdict, placement = self._ray.get(ref)
+        except (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError,
+                rex.ObjectLostError, rex.LocalRayletDiedError) as e:
+            with self._cond:
+                self._drop_actor(aid)
+                self._scale()
+                self._retry(job, e)
+            return
+        except rex.RayTaskError as e:
+            if isinstance(e.cause, RETRYABLE_EXCEPTIONS):
+                with self._cond:
+                    self._retry(job, e.cause)
+            else:
+                job.future.set_exception(RuntimeError(f"{type(e.cause).__name__}: {e.cause}"))
+            return
+        except rex.RayError as e:
+            job.future.set_exception(RuntimeError(f"{type(e).__name__}: {e}"))
+            return
+        with self._cond:
+            self._stats["judged"] += 1
+            self._per_node[placement.get("node_id", "?")] += 1
+            self.placements.append({**placement, "candidate_hash": job.pair[1].hash})
+        job.future.set_result(verdict)
+
+    def _retry(self, job: _Job, error: BaseException) -> None:
+        job.attempts += 1
+        if job.attempts > self.ray_config.max_retries:
+            self._stats["worker_lost"] += 1
+            job.future.set_result(self._worker_lost_verdict(job, error))
+        else:
+            self._stats["retried"] += 1
+            self._queue.appendleft(job)
+            self._cond.notify_all()
+
+    def _worker_lost_verdict(self, job: _Job, error: BaseException) -> Verdict:
+        task, cand = job.pair
+        return Verdict(
+            status="runtime_error",
+            reason=(f"the judging worker died on every one of {job.attempts} attempts "
+                    f"({type(error).__name__}); the candidate may kill its judge"),
+            flags=["worker_lost"], backend=cand.resolved_backend(), device=self.config.device,
+            policy=self.config.policy, task_hash=task.hash, candidate_hash=cand.hash)
+
+    # -- the evaluator API -------------------------------------------------------------------
+    def judge(self, task, cand) -> Verdict:
+        return self.judge_many([(task, cand)])[0]
+
+    def judge_many(self, pairs, on_verdict: Callable[[int, Verdict], None] | None = None
+                   ) -> list[Verdict]:
+        """Judge every pair on the cluster; results in input order, `on_verdict(i, v)` called
+        once per index, from this thread, as soon as its verdict is in. Safe to call from
+        several threads at once (they share the actors)."""
+        if self._closed or self._broken:
+            raise RuntimeError(self._broken or "this RayPool is closed")
+        jobs = [_Job(tuple(pair), Future()) for pair in pairs]
+        index = {id(j.future): i for i, j in enumerate(jobs)}
+        with self._cond:
+            self._queue.extend(jobs)
+            self._cond.notify_all()
+        results: list[Verdict | None] = [None] * len(jobs)
+        failures: dict[int, str] = {}
+        pending = {j.future for j in jobs}
+        try:
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = index[id(fut)]
+                    if fut.exception() is not None:
+                        failures[i] = str(fut.exception())
+                        continue
+                    results[i] = fut.result()
+                    if on_verdict is not None:
+                        on_verdict(i, results[i])
+        finally:
+            if pending:  # interrupted (Ctrl-C, on_verdict raised): withdraw what is not started
+                with self._cond:
+                    for job in jobs:
+                        if job.future in pending and job in self._queue:
+                            self._queue.remove(job)
+        if failures:
+            raise RayPoolError(failures)
+        return results  # type: ignore[return-value]
+
+    # -- state -------------------------------------------------------------------------------
+    def health(self) -> dict:
+        """Cluster and pool state for `/health` and the benchmark."""
+        ray = self._ray
+        with self._cond:
+            actors = [{"ready": a.ready, "busy": a.busy, "slots": a.slots,
+                       "node_id": a.where.get("node_id"), "gpu_ids": a.where.get("gpu_ids")}
+                      for a in self._actors.values()]
+            state = {"queued": len(self._queue), "in_flight": len(self._inflight),
+                     **self._stats, "per_node": dict(self._per_node)}
+        return {"kind": self.kind, "broken": self._broken,
+                "nodes_alive": sum(1 for n in ray.nodes() if n.get("Alive")),
+                "resources_total": ray.cluster_resources(),
+                "resources_available": ray.available_resources(),
+                "claims_gpus": self._gpu, "slots_per_actor": self._slots, "actors": actors,
+                "ray_config": asdict(self.ray_config), **state}
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            for job in self._queue:
+                job.future.set_exception(RuntimeError("the RayPool was closed"))
+            self._queue.clear()
+        self._thread.join(10)
+        for aid in list(self._actors):
+            actor = self._actors.pop(aid)
+            try:
+                self._ray.kill(actor.handle)
+            except Exception:
+                pass
+        if self._owns_ray and self._ray.is_initialized():
+            self._ray.shutdown()
+
+    def __enter__(self) -> "RayPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,50 @@
+"""Model backends: turn chat prompts into completions.
+
+    backend = load_backend("hf:PATH" | "vllm:PATH" | "openai:URL#MODEL" | "replay:PATH")
+    backend.generate(prompts, n, SamplingConfig(...)) -> list[list[str]]
+
+Each backend module is imported only when its spec is used, so `import kernelzero.models` pulls
+in neither transformers nor vLLM.
+"""
+from __future__ import annotations
+
+from kernelzero.models.base import Backend, BackendError, SamplingConfig
+
+__all__ = ["Backend", "BackendError", "BackendSpecError", "SamplingConfig", "load_backend",
+           "SPEC_HELP"]
+
+SPEC_HELP = ("hf:PATH (local transformers checkpoint), vllm:PATH (vLLM offline engine), "
+             "openai:URL#MODEL (OpenAI-compatible server; key from KERNELZERO_API_KEY or "
+             "OPENAI_API_KEY), replay:PATH (JSONL file or KernelBench run folder)")
+
+
+class BackendSpecError(ValueError):
+    """The `--model` spec is not one we understand."""
+
+
+def load_backend(spec: str, **options) -> Backend:
+    """Build the backend a spec names. `options` go to that backend's config dataclass
+    (`HFConfig`, `VLLMConfig`, `OpenAIConfig`); replay takes none."""
+    kind, sep, rest = spec.partition(":")
+    if not sep or not rest:
+        raise BackendSpecError(f"model spec {spec!r} has no KIND:TARGET form; use one of: "
+                               f"{SPEC_HELP}")
+    if kind == "hf":
+        from kernelzero.models.hf import HFBackend, HFConfig
+        return HFBackend(rest, HFConfig(**options))
+    if kind == "vllm":
+        from kernelzero.models.vllm import VLLMBackend, VLLMConfig
+        return VLLMBackend(rest, VLLMConfig(**options))
+    if kind == "openai":
+        from kernelzero.models.openai import OpenAIBackend, OpenAIConfig, parse_spec
+        try:
+            url, model = parse_spec(rest)
+        except ValueError as e:
+            raise BackendSpecError(str(e)) from None
+        return OpenAIBackend(url, model, OpenAIConfig(**options))
+    if kind == "replay":
+        if options:
+            raise BackendSpecError(f"replay: takes no options (got {sorted(options)})")
+        from kernelzero.models.replay import ReplayBackend
+        return ReplayBackend(rest)
+    raise BackendSpecError(f"unknown model backend {kind!r} in {spec!r}; use one of: {SPEC_HELP}")

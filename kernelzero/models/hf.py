@@ -1,0 +1,106 @@
+"""`hf:PATH` — sample from a local transformers checkpoint, on CPU or GPU, in batches.
+
+Covers: loading a causal LM and its tokenizer from a directory, rendering chats with the
+tokenizer's chat template (a plain `role:` join when it has none), left-padded batched sampling
+with `num_return_sequences`, seeding, and decoding only the new tokens. Not covered: serving,
+tensor parallelism or speculative decoding (use `vllm:` or an OpenAI-compatible server for
+throughput).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelzero.models.base import (BackendError, Prompt, SamplingConfig, chat_messages,
+                                    check_request, plain_chat_text)
+
+
+@dataclass
+class HFConfig:
+    """How the checkpoint is loaded and batched.
+
+    device: `auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`.
+    dtype: `auto` (bf16 on CUDA, fp32 on CPU), `float32`, `bfloat16` or `float16`.
+    max_batch_rows: most sequences (prompts x n) decoded at once; prompts are split to fit.
+    """
+
+    device: str = "auto"
+    dtype: str = "auto"
+    max_batch_rows: int = 32
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"HFConfig.device={self.device!r}: use auto, cpu, cuda or cuda:N")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"HFConfig.dtype={self.dtype!r}: use auto, float32, bfloat16 "
+                             "or float16")
+        if self.max_batch_rows < 1:
+            raise ValueError("HFConfig.max_batch_rows must be >= 1")
+
+
+class HFBackend:
+    def __init__(self, path: str | Path, config: HFConfig | None = None) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config or HFConfig()
+        self.spec = f"hf:{path}"
+        path = Path(path)
+        if not path.is_dir():
+            raise BackendError(f"hf: no checkpoint directory at {path}")
+        device = self.config.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise BackendError("hf: device cuda was asked for but torch sees no CUDA GPU")
+        dtype = self.config.dtype
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        self.device = device
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
+        self.model.to(device).eval()
+
+    def render(self, prompt: Prompt) -> str:
+        """The text the model is conditioned on for one chat."""
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template(
+                chat_messages(prompt), add_generation_prompt=True, tokenize=False)
+        return plain_chat_text(prompt)
+
+    def generate(self, prompts: list[Prompt], n: int, sampling: SamplingConfig) -> list[list[str]]:
+        check_request(prompts, n)
+        per_batch = max(1, self.config.max_batch_rows // n)
+        out: list[list[str]] = []
+        for b, start in enumerate(range(0, len(prompts), per_batch)):
+            batch = prompts[start:start + per_batch]
+            seed = None if sampling.seed is None else sampling.seed + b
+            out.extend(self._generate_batch([self.render(p) for p in batch], n, sampling, seed))
+        return out
+
+    def _generate_batch(self, texts: list[str], n: int, sampling: SamplingConfig,
+                        seed: int | None) -> list[list[str]]:
+        import torch
+
+        enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = {k: v.to(self.device) for k, v in enc.items()}
+        greedy = sampling.temperature == 0
+        kw = dict(max_new_tokens=sampling.max_new_tokens, pad_token_id=self.tokenizer.pad_token_id)
+        if greedy:  # every sample would be the same: decode once, repeat
+            kw.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kw.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                      num_return_sequences=n)
+        devices = [torch.device(self.device)] if self.device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            if seed is not None:
+                torch.manual_seed(seed)
+            ids = self.model.generate(**enc, **kw)
+        new = ids[:, enc["input_ids"].shape[1]:]
+        texts_out = self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        if greedy:
+            texts_out = [t for t in texts_out for _ in range(n)]
+        return [texts_out[i * n:(i + 1) * n] for i in range(len(texts))]

@@ -1,0 +1,175 @@
+"""RewardClient: the reward service with the evaluator's API (`judge`, `judge_many`).
+
+Covers: splitting a batch into requests the server accepts, sending up to `concurrency` of them
+at once, retrying with exponential backoff (and the server's Retry-After) on 429, 5xx and
+connection errors, and turning the JSON back into `Verdict` objects in input order. The training
+loop uses it in place of a local pool when `reward.url` is set.
+
+Does not cover: judging (the server does), storing verdicts (the caller's `on_verdict` does).
+A 4xx other than 429 is the caller's mistake and raises `RewardServiceError` at once.
+"""
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+
+from kernelzero.eval.verdict import Verdict
+
+TOKEN_ENV = "KERNELZERO_REWARD_TOKEN"
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class RewardServiceError(RuntimeError):
+    """The service refused the request (4xx), or kept failing after every retry."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class RewardClient:
+    """Judge (task, candidate) pairs through a KernelZero reward service.
+
+    url: the service's base URL, e.g. http://127.0.0.1:8000.
+    token: bearer token; None reads KERNELZERO_REWARD_TOKEN (unset: no auth header).
+    timeout: seconds for one request (judging a whole chunk included).
+    batch_size: pairs per request; keep it at or below the server's `max_batch`.
+    concurrency: requests in flight at once.
+    max_retries: retries of one request on 429/5xx/connection errors before giving up.
+    backoff_s / max_backoff_s: first wait and cap of the exponential backoff (with jitter).
+    """
+
+    kind = "service"
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 600.0,
+                 batch_size: int = 32, concurrency: int = 4, max_retries: int = 8,
+                 backoff_s: float = 0.5, max_backoff_s: float = 30.0):
+        try:
+            import httpx
+        except ImportError as e:
+            raise ImportError("the reward client needs httpx: "
+                              "pip install 'kernelzero[serve]'") from e
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"reward service URL must start with http:// or https://, got {url!r}")
+        if batch_size < 1 or concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ValueError("RewardClient needs batch_size, concurrency >= 1, max_retries >= 0, "
+                             "timeout > 0")
+        self.url = url.rstrip("/")
+        token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout,
+                                  limits=httpx.Limits(max_connections=concurrency * 2))
+        self._httpx = httpx
+        self.batch_size = batch_size
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.retries = 0  # retried requests so far (for tests and benchmarks)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:  # never show the token
+        return f"RewardClient({self.url!r})"
+
+    # -- the evaluator API -------------------------------------------------------------------
+    def judge(self, task, cand) -> Verdict:
+        return self.judge_many([(task, cand)])[0]
+
+    def judge_many(self, pairs, on_verdict: Callable[[int, Verdict], None] | None = None
+                   ) -> list[Verdict]:
+        """Verdicts in input order; `on_verdict(i, v)` once per index as each chunk returns."""
+        pairs = list(pairs)
+        chunks = [list(range(s, min(s + self.batch_size, len(pairs))))
+                  for s in range(0, len(pairs), self.batch_size)]
+        results: list[Verdict | None] = [None] * len(pairs)
+        deliver_lock = threading.Lock()
+
+        def run(idx: list[int]) -> None:
+            body = [self._item(*pairs[i]) for i in idx]
+            verdicts = self._post_judge(body)
+            with deliver_lock:
+                for i, v in zip(idx, verdicts):
+                    results[i] = v
+                    if on_verdict is not None:
+                        on_verdict(i, v)
+
+        if len(chunks) <= 1 or self.concurrency == 1:
+            for idx in chunks:
+                run(idx)
+        else:
+            with ThreadPoolExecutor(min(self.concurrency, len(chunks))) as ex:
+                for fut in [ex.submit(run, idx) for idx in chunks]:
+                    fut.result()
+        return results  # type: ignore[return-value]
+
+    def health(self) -> dict:
+        r = self._request("GET", "/health")
+        return r.json()
+
+    # -- HTTP --------------------------------------------------------------------------------
+    @staticmethod
+    def _item(task, cand) -> dict:
+        return {"reference": task.source, "candidate": cand.source,
+                "backend": cand.backend, "name": (cand.name or "candidate")[:200]}
+
+    def _post_judge(self, body: list[dict]) -> list[Verdict]:
+        r = self._request("POST", "/v1/judge", json=body)
+        data = r.json()
+        if not isinstance(data, list) or len(data) != len(body):
+            raise RewardServiceError(f"the service answered {type(data).__name__} of "
+                                     f"{len(data) if isinstance(data, list) else '?'} items for "
+                                     f"{len(body)} pairs")
+        return [Verdict.from_dict(d) for d in data]
+
+    def _request(self, method: str, path: str, **kw):
+        httpx = self._httpx
+        attempt = 0
+        while True:
+            try:
+                r = self._http.request(method, path, **kw)
+                if r.status_code < 400:
+                    return r
+                if r.status_code not in RETRY_STATUSES:
+                    raise RewardServiceError(f"{method} {path}: HTTP {r.status_code}: "
+                                             f"{_detail(r)}", status=r.status_code)
+                problem, retry_after = f"HTTP {r.status_code}: {_detail(r)}", _retry_after(r)
+                status = r.status_code
+            except (httpx.TransportError,) as e:
+                problem, retry_after, status = f"{type(e).__name__}: {e}", None, None
+            if attempt >= self.max_retries:
+                raise RewardServiceError(f"{method} {self.url}{path} failed after "
+                                         f"{attempt + 1} attempts; last: {problem}", status=status)
+            wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
+            wait = max(wait * random.uniform(0.5, 1.0), retry_after or 0.0)
+            attempt += 1
+            with self._lock:
+                self.retries += 1
+            time.sleep(min(wait, self.max_backoff_s))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RewardClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _detail(r) -> str:
+    try:
+        d = r.json()
+        return str(d.get("detail", d)) if isinstance(d, dict) else str(d)[:300]
+    except ValueError:
+        return r.text[:300]
+
+
+def _retry_after(r) -> float | None:
+    try:
+        return float(r.headers.get("Retry-After", ""))
+    except ValueError:
+        return None

@@ -1,0 +1,276 @@
+"""Training configuration: every knob of distillation, CA-GRPO, the Proposer update and the loop,
+documented once here, validated whole when built, loaded from YAML.
+
+Covers the dataclasses and the YAML presets under `kernelzero/train/presets/` (`tiny-cpu`,
+`single-h200`). Does not cover the evaluator's own knobs (`kernelzero.eval.EvalConfig`; the `eval`
+section of a YAML file is passed to it verbatim) nor how a multi-GPU job is launched (that is
+`accelerate launch --config_file kernelzero/train/accelerate/*.yaml`, see docs/training.md).
+
+Defaults are the paper's where it states them (alpha = 0.5, beta = 0.1, rounds R = 4, N_P = N_C
+= 20, rho = -1, atol = rtol = 1e-2, 2- or 3-operator API sets). Where the paper is silent we say
+so: the learning rate (1e-6) is TRL's GRPO default, the loss type is `grpo` (the paper builds on
+"standard GRPO"), the group size (8) and s_max (10) are ours.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kernelzero.train.rewards import SPEED_TRANSFORMS
+
+PRESET_DIR = Path(__file__).parent / "presets"
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")  # TRL 1.16 names we allow
+
+
+@dataclass
+class CAGRPOConfig:
+    """The Coder's CA-GRPO update.
+
+    alpha: gate threshold; the speed term is added only when a group's correct rate >= alpha.
+    beta: weight of the speed score in r_i = c_i * (1 + T(G) * beta * S_i).
+    s_max: cap of the speed score (speedups above it score s_max).
+    speed_transform: `clip` (speedup clipped to [0, s_max], the paper's), `log` or `excess`.
+    group_size: G, completions sampled per prompt (TRL's num_generations).
+    prompts_per_step: distinct tasks per optimizer step (global batch = prompts_per_step * G).
+    loss_type: TRL loss aggregation (`grpo`, `dr_grpo`, `dapo`, ...).
+    learning_rate: AdamW learning rate.
+    kl_coef: KL penalty to the reference model (TRL's `beta`; 0 loads no reference model).
+    max_prompt_tokens: tasks whose prompt is longer are left out of the phase (TRL 1.16 does not
+        truncate prompts, and a cut reference module would be a different task).
+    max_completion_tokens: completions are cut at this many tokens.
+    temperature: sampling temperature for rollouts.
+    backend: kernel language asked for in the prompt (`triton` or `cuda`).
+    prompt_example: include the Coder prompt's worked example (costs ~800 tokens per prompt).
+    """
+
+    alpha: float = 0.5
+    beta: float = 0.1
+    s_max: float = 10.0
+    speed_transform: str = "clip"
+    group_size: int = 8
+    prompts_per_step: int = 4
+    loss_type: str = "grpo"
+    learning_rate: float = 1e-6
+    kl_coef: float = 0.0
+    max_prompt_tokens: int = 2048
+    max_completion_tokens: int = 2048
+    temperature: float = 1.0
+    backend: str = "triton"
+    prompt_example: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"coder.alpha={self.alpha}: a correct rate, must lie in [0, 1]")
+        if self.beta < 0:
+            raise ValueError(f"coder.beta={self.beta}: must be >= 0")
+        if self.s_max <= 0:
+            raise ValueError(f"coder.s_max={self.s_max}: must be positive")
+        if self.speed_transform not in SPEED_TRANSFORMS:
+            raise ValueError(f"coder.speed_transform={self.speed_transform!r}: choose one of {SPEED_TRANSFORMS}")
+        if self.group_size < 2:
+            raise ValueError(f"coder.group_size={self.group_size}: GRPO needs at least 2 samples per group")
+        _check_common(self, "coder")
+        if self.backend not in ("triton", "cuda"):
+            raise ValueError(f"coder.backend={self.backend!r}: choose triton or cuda")
+
+
+@dataclass
+class ProposerConfig:
+    """The Proposer's GRPO update.
+
+    rho: reward of an invalid module.
+    group_size: modules sampled per API-set prompt (TRL's num_generations).
+    prompts_per_step: API sets per optimizer step.
+    coder_attempts: G, times the current Coder attempts each valid module (p = mean correctness).
+    band: modules with band[0] < p < band[1] (open interval) go to the task pool.
+    api_set_sizes: sizes of the operator sets in the prompts.
+    target: machine model the modules are sized and validated for (`cpu`, `h100`, `h200`).
+    prompt_examples: example modules shown in the Proposer's prompt.
+    loss_type / learning_rate / kl_coef / max_*_tokens / temperature: as for the Coder (prompts
+        over max_prompt_tokens are left out).
+    """
+
+    rho: float = -1.0
+    group_size: int = 4
+    prompts_per_step: int = 2
+    coder_attempts: int = 8
+    band: tuple[float, float] = (0.0, 1.0)
+    api_set_sizes: tuple[int, ...] = (2, 3)
+    target: str = "h100"
+    prompt_examples: int = 2
+    loss_type: str = "grpo"
+    learning_rate: float = 1e-6
+    kl_coef: float = 0.0
+    max_prompt_tokens: int = 2048
+    max_completion_tokens: int = 1024
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.band = tuple(float(b) for b in self.band)
+        self.api_set_sizes = tuple(int(s) for s in self.api_set_sizes)
+        if self.group_size < 2:
+            raise ValueError(f"proposer.group_size={self.group_size}: GRPO needs at least 2 samples per group")
+        if self.coder_attempts < 1:
+            raise ValueError(f"proposer.coder_attempts={self.coder_attempts}: must be >= 1")
+        if len(self.band) != 2 or not 0.0 <= self.band[0] < self.band[1] <= 1.0:
+            raise ValueError(f"proposer.band={self.band}: want [low, high] with 0 <= low < high <= 1")
+        if self.prompt_examples < 0:
+            raise ValueError(f"proposer.prompt_examples={self.prompt_examples}: must be >= 0")
+        if not self.api_set_sizes or min(self.api_set_sizes) < 1:
+            raise ValueError(f"proposer.api_set_sizes={self.api_set_sizes}: sizes must be >= 1")
+        _check_common(self, "proposer")
+
+
+@dataclass
+class HeldOutConfig:
+    """The Coder's held-out evaluation after every round.
+
+    tasks: a directory of KernelBench-format tasks (None: the package's example tasks).
+    limit: use at most this many tasks (None: all).
+    samples: completions per task (n in pass@k).
+    ks: the k of pass@k to report (each <= samples).
+    """
+
+    tasks: str | None = None
+    limit: int | None = None
+    samples: int = 4
+    ks: tuple[int, ...] = (1, 4)
+
+    def __post_init__(self) -> None:
+        self.ks = tuple(int(k) for k in self.ks)
+        if self.samples < 1 or any(k < 1 or k > self.samples for k in self.ks):
+            raise ValueError(f"heldout: need 1 <= k <= samples for every k, got ks={self.ks}, "
+                             f"samples={self.samples}")
+
+
+@dataclass
+class TrainConfig:
+    """The alternating loop.
+
+    name: label of the run (the output directory defaults to runs/<name>).
+    coder_model / proposer_model: a local checkpoint path, or `tiny` to build a tiny random model
+        offline (kernelzero.models.tiny) — the tiny-cpu preset.
+    tiny_size: (hidden size, layers) of the `tiny` models.
+    rounds: R, Proposer phase then Coder phase, R times.
+    proposer_steps / coder_steps: N_P / N_C optimizer steps per phase.
+    seed_tasks: tasks the Coder trains on besides the pool (None: the package's example tasks);
+        keeps the Coder phase fed while the pool is still empty.
+    seed: seed of every RNG (torch, numpy, python); restored from checkpoints on resume.
+    device: `cpu` or `cuda` for the policy models (the evaluator's device is eval.device).
+    bf16: train in bfloat16 (GPU).
+    gradient_checkpointing: trade compute for memory (7B models).
+    use_vllm / vllm_mode: generate rollouts with vLLM (`colocate` or `server`), where installed.
+    sample_backend: backend that samples the Coder outside GRPO (the Proposer phase's G attempts
+        per module, the held-out evaluation): `hf` (transformers) or `vllm` (offline engine).
+    torch_threads: intra-op threads of the training process (None: torch's default). Tiny models
+        run several times faster on 1 thread than on 2 contended ones.
+    eval: keyword arguments of kernelzero.eval.EvalConfig.
+    """
+
+    name: str = "run"
+    coder_model: str = "tiny"
+    proposer_model: str = "tiny"
+    tiny_size: tuple[int, int] = (128, 4)
+    rounds: int = 4
+    proposer_steps: int = 20
+    coder_steps: int = 20
+    seed_tasks: str | None = None
+    seed: int = 0
+    device: str = "cpu"
+    bf16: bool = False
+    gradient_checkpointing: bool = False
+    use_vllm: bool = False
+    vllm_mode: str = "colocate"
+    sample_backend: str = "hf"
+    torch_threads: int | None = None
+    coder: CAGRPOConfig = field(default_factory=CAGRPOConfig)
+    proposer: ProposerConfig = field(default_factory=ProposerConfig)
+    heldout: HeldOutConfig = field(default_factory=HeldOutConfig)
+    eval: dict[str, Any] = field(default_factory=lambda: {"device": "cpu", "tolerance": "paper"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.coder, dict):
+            self.coder = CAGRPOConfig(**self.coder)
+        if isinstance(self.proposer, dict):
+            self.proposer = ProposerConfig(**self.proposer)
+        if isinstance(self.heldout, dict):
+            self.heldout = HeldOutConfig(**self.heldout)
+        self.tiny_size = tuple(int(x) for x in self.tiny_size)
+        if len(self.tiny_size) != 2 or self.tiny_size[0] % 32 or self.tiny_size[1] < 1:
+            raise ValueError(f"tiny_size={self.tiny_size}: want [hidden size (multiple of 32), layers]")
+        if self.rounds < 1 or self.proposer_steps < 0 or self.coder_steps < 0:
+            raise ValueError("rounds must be >= 1 and proposer_steps / coder_steps >= 0")
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f"torch_threads={self.torch_threads}: must be >= 1 (or null for torch's default)")
+        if self.device not in ("cpu", "cuda"):
+            raise ValueError(f"device={self.device!r}: choose cpu or cuda")
+        if self.sample_backend not in ("hf", "vllm"):
+            raise ValueError(f"sample_backend={self.sample_backend!r}: choose hf or vllm")
+        if self.vllm_mode not in ("colocate", "server"):
+            raise ValueError(f"vllm_mode={self.vllm_mode!r}: choose colocate or server")
+        from kernelzero.eval import EvalConfig
+        try:
+            EvalConfig(**self.eval)
+        except TypeError as e:
+            raise ValueError(f"eval section: {e}") from None
+
+    def eval_config(self):
+        from kernelzero.eval import EvalConfig
+        return EvalConfig(**self.eval)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _check_common(cfg, section: str) -> None:
+    if cfg.loss_type not in LOSS_TYPES:
+        raise ValueError(f"{section}.loss_type={cfg.loss_type!r}: choose one of {LOSS_TYPES}")
+    if cfg.learning_rate <= 0:
+        raise ValueError(f"{section}.learning_rate must be positive")
+    if cfg.kl_coef < 0:
+        raise ValueError(f"{section}.kl_coef must be >= 0")
+    if cfg.prompts_per_step < 1:
+        raise ValueError(f"{section}.prompts_per_step must be >= 1")
+    if cfg.max_prompt_tokens < 1 or cfg.max_completion_tokens < 1:
+        raise ValueError(f"{section}: token limits must be >= 1")
+    if cfg.temperature <= 0:
+        raise ValueError(f"{section}.temperature must be positive")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
+    """A TrainConfig from a preset name (`tiny-cpu`) or a YAML file path; unknown keys are errors."""
+    path = Path(spec)
+    if not path.suffix and (PRESET_DIR / f"{spec}.yaml").exists():
+        path = PRESET_DIR / f"{spec}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no config file or preset {spec!r} (presets: {', '.join(preset_names())})")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    data.update(overrides or {})
+    return from_dict(data)
+
+
+def from_dict(data: dict) -> TrainConfig:
+    """Build a TrainConfig, naming unknown keys (a typo should not silently fall back to a default)."""
+    sections = {"coder": CAGRPOConfig, "proposer": ProposerConfig, "heldout": HeldOutConfig}
+    top = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = [k for k in data if k not in top]
+    for name, cls in sections.items():
+        allowed = {f.name for f in dataclasses.fields(cls)}
+        unknown += [f"{name}.{k}" for k in (data.get(name) or {}) if k not in allowed]
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    kw = dict(data)
+    for name, cls in sections.items():
+        if name in kw:
+            kw[name] = cls(**(kw[name] or {}))
+    return TrainConfig(**kw)

@@ -1,0 +1,108 @@
+"""Cold-start distillation data: sample a teacher, judge every sample, keep the verified-correct
+kernels, write an SFT dataset.
+
+Covers: loading the tasks (a KernelBench-format directory or a task pool `.db`), sampling the
+teacher through any model backend (`hf:`, `vllm:`, `openai:`, `replay:`), judging all samples in
+parallel with the evaluator (cached in `DATA.verdicts.jsonl` beside the output, so an interrupted
+run judges nothing twice), keeping the correct ones (all, or the fastest per task), and writing
+JSONL rows in TRL's conversational prompt-completion format with provenance:
+
+    {"prompt": [system, user], "completion": [{"role": "assistant", "content": TEXT}],
+     "task": KEY, "task_hash": H, "teacher": SPEC, "sample": S, "verdict": {...}}
+
+Does not cover the fine-tuning (sft.py) or the prompt wording (kernelzero.coder.prompts).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelzero.tasks import Task
+
+
+@dataclass
+class DistillConfig:
+    """teacher: model spec (see kernelzero.models.SPEC_HELP).
+    k: samples per task.
+    fastest_only: keep only the fastest correct sample per task (by eager speedup; on a CPU run,
+        where nothing is timed, the first correct one).
+    backend: kernel language asked for (`triton` or `cuda`).
+    temperature / max_new_tokens / seed: teacher sampling.
+    prompt_style: `kernelbench`, or `principles` (the cold-start prompt that states the
+        optimisation principles).
+    """
+
+    teacher: str
+    k: int = 8
+    fastest_only: bool = False
+    backend: str = "triton"
+    temperature: float = 0.7
+    max_new_tokens: int = 4096
+    seed: int = 0
+    prompt_style: str = "principles"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k={self.k}: must be >= 1")
+        if self.backend not in ("triton", "cuda"):
+            raise ValueError(f"backend={self.backend!r}: choose triton or cuda")
+        if self.prompt_style not in ("kernelbench", "principles"):
+            raise ValueError(f"prompt_style={self.prompt_style!r}: choose kernelbench or principles")
+
+
+def load_task_source(spec: str | Path) -> list[Task]:
+    """Tasks from a directory (or file) of KernelBench-format modules, or a task pool (`.db`)."""
+    from kernelzero.tasks import load_tasks
+
+    path = Path(spec)
+    if path.is_file() and path.suffix == ".db":
+        from kernelzero.propose.pool import TaskPool
+        with TaskPool(path) as pool:
+            return [e.task() for e in pool.entries()]
+    return load_tasks(path)
+
+
+def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path) -> dict:
+    """Sample, judge, keep, write; returns counts {tasks, samples, correct, kept, tasks_kept}."""
+    from kernelzero.coder.prompts import PromptConfig, build_prompt
+    from kernelzero.models import SamplingConfig, load_backend
+    from kernelzero.train.ca_grpo import to_candidate
+    from kernelzero.train.judging import Judge, VerdictCache
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pc = PromptConfig(backend=cfg.backend, style=cfg.prompt_style)
+    prompts = [build_prompt(t, pc) for t in tasks]
+    teacher = load_backend(cfg.teacher)
+    outs = teacher.generate(prompts, cfg.k, SamplingConfig(
+        temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
+    judge = Judge(evaluator, VerdictCache(out.with_suffix(".verdicts.jsonl")))
+    pairs, where = [], []
+    for ti, (t, cs) in enumerate(zip(tasks, outs)):
+        for s, c in enumerate(cs):
+            pairs.append((t, to_candidate(c)))
+            where.append((ti, s, c))
+    verdicts = judge.judge(pairs, context={"phase": "distill", "teacher": cfg.teacher})
+    kept: dict[int, list[tuple[int, str, object]]] = {}
+    for (ti, s, c), v in zip(where, verdicts):
+        if v.correct:
+            kept.setdefault(ti, []).append((s, c, v))
+    rows = []
+    for ti, items in sorted(kept.items()):
+        if cfg.fastest_only:
+            items = [max(items, key=lambda it: (it[2].speedup is not None, it[2].speedup or 0.0, -it[0]))]
+        t = tasks[ti]
+        for s, c, v in items:
+            rows.append({
+                "prompt": [{"role": m["role"], "content": m["content"]} for m in prompts[ti]],
+                "completion": [{"role": "assistant", "content": c}],
+                "task": t.key, "task_hash": t.hash, "teacher": cfg.teacher, "sample": s,
+                "verdict": {"status": v.status, "speedup": v.speedup, "speedup_compile": v.speedup_compile,
+                            "candidate_hash": v.candidate_hash, "device": v.device, "policy": v.policy,
+                            "trials_passed": v.trials_passed}})
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(out)
+    return {"tasks": len(tasks), "samples": len(pairs), "correct": sum(v.correct for v in verdicts),
+            "kept": len(rows), "tasks_kept": len(kept), "out": str(out)}

@@ -1,0 +1,147 @@
+"""Judging for training: the evaluator behind a verdict cache keyed by (task hash, candidate hash).
+
+Covers: de-duplicating a batch, skipping pairs already judged (in this run or a killed earlier
+attempt of it), sending the rest to `Evaluator.judge_many` in parallel, appending every new
+verdict to a JSONL file at once (so a kill loses nothing already judged and a resume judges
+nothing twice), and the latency of each batch.
+
+Does not cover: how a verdict is reached (kernelzero.eval) or what reward it earns (rewards.py).
+One cache file per process: with several processes each rank writes its own
+`verdicts.rank{R}.jsonl`, and readers merge them (`load_verdicts`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from kernelzero.eval import Verdict
+from kernelzero.tasks import Candidate, Task
+
+
+def verdict_cache_key(task_hash: str, candidate_hash: str) -> str:
+    return f"{task_hash}:{candidate_hash}"
+
+
+class VerdictCache:
+    """Verdicts by (task hash, candidate hash), in memory and (optionally) in an append-only JSONL file.
+
+    A half-written last line (the process was killed mid-write) is cut off on load.
+    """
+
+    def __init__(self, path: str | Path | None = None, read_paths: Iterable[str | Path] = ()):
+        self.path = Path(path) if path else None
+        if self.path:
+            _drop_torn_tail(self.path)
+        self._verdicts: dict[str, Verdict] = {}
+        for p in [*read_paths, *([self.path] if self.path else [])]:
+            for key, v in _read_jsonl(Path(p)):
+                self._verdicts.setdefault(key, v)
+
+    def get(self, task_hash: str, candidate_hash: str) -> Verdict | None:
+        return self._verdicts.get(verdict_cache_key(task_hash, candidate_hash))
+
+    def put_many(self, items: list[tuple[str, dict, Verdict]]) -> None:
+        """Store (key, context, verdict) triples; `context` (task key, round, phase) goes to the file."""
+        fresh = [(k, ctx, v) for k, ctx, v in items if k not in self._verdicts]
+        for k, _, v in fresh:
+            self._verdicts[k] = v
+        if self.path and fresh:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                for k, ctx, v in fresh:
+                    f.write(json.dumps({"key": k, **ctx, "verdict": v.to_dict()}) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
+
+    def keys(self) -> set[str]:
+        return set(self._verdicts)
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line left half-written by a kill, so the next append starts on a fresh line."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    with path.open("r+b") as f:
+        f.truncate(data.rfind(b"\n") + 1)
+
+
+def _read_jsonl(path: Path):
+    if not path.exists():
+        return
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by a kill
+            yield rec["key"], Verdict.from_dict(rec["verdict"])
+
+
+def load_verdict_records(run_dir: str | Path) -> list[dict]:
+    """Every verdict record of a run (all ranks' files), in file order."""
+    out = []
+    for p in sorted(Path(run_dir).glob("verdicts*.jsonl")):
+        with p.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return out
+
+
+@dataclass
+class BatchStats:
+    """One judged batch: sizes and wall time (seconds)."""
+
+    n_pairs: int = 0
+    n_unique: int = 0
+    n_cached: int = 0
+    n_judged: int = 0
+    latency_s: float = 0.0
+
+
+@dataclass
+class Judge:
+    """The evaluator plus the cache. `evaluator` is a kernelzero.eval.Evaluator (already entered)."""
+
+    evaluator: object
+    cache: VerdictCache = field(default_factory=VerdictCache)
+    on_verdict: Callable[[Task, Candidate, Verdict], None] | None = None
+    last: BatchStats = field(default_factory=BatchStats)
+
+    def judge(self, pairs: list[tuple[Task, Candidate]], context: dict | None = None) -> list[Verdict]:
+        """Verdicts for `pairs` in order; each distinct pair is judged at most once, ever."""
+        t0 = time.perf_counter()
+        keys = [verdict_cache_key(t.hash, c.hash) for t, c in pairs]
+        todo: dict[str, tuple[Task, Candidate]] = {}
+        cached = 0
+        for key, (t, c) in zip(keys, pairs):
+            if key in todo:
+                continue
+            if self.cache.get(t.hash, c.hash) is not None:
+                cached += 1
+            else:
+                todo[key] = (t, c)
+        if todo:
+            verdicts = self.evaluator.judge_many(list(todo.values()))
+            ctx = dict(context or {})
+            self.cache.put_many([(k, {**ctx, "task": t.key}, v)
+                                 for (k, (t, _)), v in zip(todo.items(), verdicts)])
+            if self.on_verdict:
+                for (t, c), v in zip(todo.values(), verdicts):
+                    self.on_verdict(t, c, v)
+        out = [self.cache.get(t.hash, c.hash) for t, c in pairs]
+        self.last = BatchStats(n_pairs=len(pairs), n_unique=len(set(keys)), n_cached=cached,
+                               n_judged=len(todo), latency_s=time.perf_counter() - t0)
+        return out

@@ -1,0 +1,270 @@
+"""The alternating Proposer–Coder loop: R rounds of (Proposer phase, Coder phase), checkpointed
+after every phase, resumable, with a report per round.
+
+Layout of a run directory (runs/NAME):
+    config.yaml          the resolved config
+    state.json           RunState: complete phases, latest weights and optimizer states, offsets
+    steps.jsonl          one line per optimizer step (both phases); TensorBoard under tb/
+    verdicts.jsonl       every verdict ever reached (append-only; the cache resumes from it)
+    pool.db              the task pool (kernelzero.propose.pool: every valid module, its p by round)
+    ckpt/r{R}-{phase}/   model/ (save_pretrained), optimizer.pt, rng.pt, phase.json
+    reports/round_{R}.json|md, reports/rounds.png, reports/round_{R}/ (held-out report)
+
+Resume: phases listed in state.json are skipped; the step log is cut back to its length at the
+end of the last complete phase, the RNG states and the latest weights and
+optimizer states are restored, and the interrupted phase runs again from its start. Verdicts
+are never rolled back: the re-run phase finds the ones it already reached in the cache (each
+phase's TRL seed is derived from the run seed, round and phase, so it samples the same
+completions) and judges only what it had not. The pool is not rolled back either: adding a
+module and recording its round's p are idempotent, and a module validated and measured by the
+killed attempt is a real result.
+
+Does not cover: the reward formulas (rewards.py), the TRL adapters (ca_grpo.py,
+proposer_grpo.py) or launching on several processes (docs/training.md).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from kernelzero.train.checkpoint import PHASES, RunState, restore_rng, save_rng
+from kernelzero.train.config import TrainConfig
+from kernelzero.train.judging import Judge, VerdictCache
+from kernelzero.train.steplog import StepLogger, read_steps
+
+EXAMPLE_TASKS = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+PHASE_SEED_STRIDE = 1000
+
+
+class RunExists(Exception):
+    """The output directory already holds a run and --resume was not given."""
+
+
+def phase_seed(cfg: TrainConfig, round_idx: int, phase: str) -> int:
+    return cfg.seed + PHASE_SEED_STRIDE * round_idx + PHASES.index(phase)
+
+
+def _world() -> tuple[int, int]:
+    return int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+
+
+class Loop:
+    """One run of the alternating loop in `out`; `run()` does (or finishes) it."""
+
+    def __init__(self, cfg: TrainConfig, out: str | Path, resume: bool = False, log=print,
+                 tools_factory=None):
+        """`tools_factory(cfg, evaluator, coder_model) -> (ProposerTools, close)` supplies the
+        Proposer's prompt, parser, validation check and frontier reward (default:
+        proposer_tools.default_tools, the Proposer package's)."""
+        self.cfg, self.out, self.log = cfg, Path(out), log
+        self.tools_factory = tools_factory
+        self.world, self.rank = _world()
+        state_path = self.out / "state.json"
+        if state_path.exists() and not resume:
+            raise RunExists(f"{self.out} already holds a run; pass --resume to continue it "
+                            "or choose another --out")
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.state = RunState.load(state_path) if state_path.exists() else RunState()
+        self.resumed = state_path.exists()
+        if self.resumed:
+            _check_same_config(self.out / "config.yaml", cfg)
+        if self.rank == 0:
+            (self.out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        suffix = "" if self.world == 1 else f".rank{self.rank}"
+        self.cache = VerdictCache(self.out / f"verdicts{suffix}.jsonl")
+        from kernelzero.propose.pool import TaskPool
+        self.pool = TaskPool(self.out / "pool.db")
+        self.steplog = self.out / "steps.jsonl"
+        if self.resumed and self.rank == 0:
+            _truncate(self.steplog, self.state.steplog_bytes)
+            last = self.state.done[-1] if self.state.done else None
+            if last:
+                restore_rng(self.out / "ckpt" / last / "rng.pt")
+        self.tb = None
+
+    # ------------------------------------------------------------------ setup
+    def _models(self) -> None:
+        for role in ("coder", "proposer"):
+            attr = f"{role}_model"
+            if getattr(self.state, attr):
+                continue
+            spec = getattr(self.cfg, attr)
+            if spec == "tiny":
+                from kernelzero.models.tiny import build_tiny_model
+                path = self.out / "models" / f"{role}-init"
+                done = path / "kernelzero_tiny.json"  # written last by build_tiny_model
+                if self.rank == 0 and not done.exists():
+                    build_tiny_model(path, seed=self.cfg.seed + (0 if role == "coder" else 1),
+                                     hidden_size=self.cfg.tiny_size[0], num_layers=self.cfg.tiny_size[1])
+                deadline = time.time() + 600
+                while not done.exists() and time.time() < deadline:  # other ranks: wait for rank 0
+                    time.sleep(0.5)
+                spec = str(path)
+            if not Path(spec).exists():
+                raise FileNotFoundError(f"{attr}={spec!r}: no such checkpoint directory")
+            setattr(self.state, attr, spec)
+
+    def _seed_tasks(self) -> list:
+        """The seed tasks minus any held-out task (by content hash): held out means held out."""
+        from kernelzero.tasks import load_tasks
+        held = {t.hash for t in self._heldout_tasks()}
+        return [t for t in load_tasks(self.cfg.seed_tasks or EXAMPLE_TASKS) if t.hash not in held]
+
+    def _heldout_tasks(self) -> list:
+        from kernelzero.tasks import load_tasks
+        tasks = load_tasks(self.cfg.heldout.tasks or EXAMPLE_TASKS)
+        return tasks[-self.cfg.heldout.limit:] if self.cfg.heldout.limit else tasks
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict:
+        from kernelzero.eval import Evaluator
+
+        t0 = time.perf_counter()
+        if self.cfg.torch_threads:
+            import torch
+            torch.set_num_threads(self.cfg.torch_threads)
+        self._models()
+        if self.rank == 0:
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(str(self.out / "tb"))
+        with Evaluator(self.cfg.eval_config()) as ev:
+            self.judge = Judge(ev, self.cache)
+            for r in range(self.cfg.rounds):
+                for phase in PHASES:
+                    if not self.state.is_done(r, phase):
+                        self._phase(r, phase)
+                if r not in self.state.reported_rounds:
+                    self._report(r)
+        if self.tb is not None:
+            self.tb.close()
+        summary = {"out": str(self.out), "steps": self.state.steps, "phases": list(self.state.done),
+                   "verdicts": len(self.cache), "pool": len(self.pool), "resumed": self.resumed,
+                   "wall_s": time.perf_counter() - t0}
+        return summary
+
+    def _phase(self, r: int, phase: str) -> None:
+        pid = RunState.phase_id(r, phase)
+        ckpt = self.out / "ckpt" / pid
+        ckpt.mkdir(parents=True, exist_ok=True)
+        context = {"round": r, "phase": phase}
+        logger = StepLogger(self.steplog, r, phase, self.state.steps, self.tb)
+        seed = phase_seed(self.cfg, r, phase)
+        self.log(f"round {r}: {phase} phase ({getattr(self.cfg, phase + '_steps')} steps)")
+        if phase == "coder":
+            trainer, info = self._coder_phase(ckpt, seed, logger, context)
+        else:
+            trainer, info = self._proposer_phase(r, ckpt, seed, logger, context)
+        steps = trainer.state.global_step if trainer is not None else 0
+        if trainer is not None:  # every rank: sharded (ZeRO-3 / FSDP) weights are gathered here
+            model_dir = ckpt / "model"
+            trainer.save_model(str(model_dir))
+            opt_path = ckpt / ("optimizer.pt" if self.world == 1 else f"optimizer.rank{self.rank}.pt")
+            trainer.save_optimizer(opt_path)
+            setattr(self.state, f"{phase}_model", str(model_dir))
+            setattr(self.state, f"{phase}_optimizer", str(opt_path))
+            info["times_s"] = dict(getattr(trainer, "phase_times", {}))
+            if self.rank == 0:
+                trainer.processing_class.save_pretrained(str(model_dir))
+            trainer.accelerator.wait_for_everyone()  # the next phase loads what rank 0 wrote
+        info.update({"steps": steps, "round": r, "phase": phase})
+        self.state.steps += steps
+        self.state.done.append(pid)
+        if self.rank == 0:
+            (ckpt / "phase.json").write_text(json.dumps(info, indent=1) + "\n")
+            save_rng(ckpt / "rng.pt")
+            self.state.steplog_bytes = self.steplog.stat().st_size if self.steplog.exists() else 0
+            self.state.save(self.out / "state.json")
+
+    def _coder_phase(self, ckpt: Path, seed: int, logger: StepLogger, context: dict):
+        from kernelzero.train.ca_grpo import run_coder_phase
+
+        pool_tasks = [e.task() for e in self.pool.in_band(*self.cfg.proposer.band)]
+        tasks = self._seed_tasks() + pool_tasks
+        info = {"tasks": len(tasks), "pool_tasks": len(pool_tasks)}
+        if self.cfg.coder_steps == 0:
+            return None, info
+        trainer = run_coder_phase(self.cfg, self.state.coder_model, tasks, self.judge, ckpt / "trl", seed,
+                                  [logger], self.state.coder_optimizer or None, context, self.world)
+        comps = [h["components"] for h in trainer.reward_history]
+        info["gate_open_rate"] = _mean([c["gate_open_rate"] for c in comps])
+        info["correct_rate"] = _mean([c["correct_rate"] for c in comps])
+        return trainer, info
+
+    def _proposer_phase(self, r: int, ckpt: Path, seed: int, logger: StepLogger, context: dict):
+        from kernelzero.propose.llm import weakness_summary
+        from kernelzero.train.proposer_grpo import FrontierRewardSource, proposer_rows, run_proposer_phase
+        from kernelzero.train.proposer_tools import sample_api_set
+
+        factory = self.tools_factory
+        if factory is None:
+            from kernelzero.train.proposer_tools import default_tools as factory
+        tools, closer = factory(self.cfg, self.judge.evaluator, self.state.coder_model)
+        try:
+            rows = proposer_rows(self.cfg, tools, sample_api_set, weakness_summary(
+                [e for e in self.pool.entries() if e.rates and e.rates[0]["round"] < r]), seed)
+            reward = FrontierRewardSource(self.cfg, tools, self.judge, context=lambda: dict(context))
+            if self.cfg.proposer_steps == 0:
+                return None, {"valid_rate": None, "frontier_mean": None, "valid": 0, "in_band": 0}
+            trainer = run_proposer_phase(self.cfg, self.state.proposer_model, rows, reward, ckpt / "trl",
+                                         seed, [logger], self.state.proposer_optimizer or None, self.world)
+        finally:
+            closer()
+        for task, apis, flags in reward.valid_modules:  # every rank adds its own (SQLite, WAL)
+            h, _ = self.pool.add(task.source, apis, task.name, origin=f"llm:proposer-r{r}",
+                                 provenance={"round": r, "phase": "proposer"})
+            self.pool.record(h, r, flags)
+        hist = reward.history
+        info = {"modules": len(hist), "valid_rate": _mean([h["valid"] for h in hist]),
+                "frontier_mean": _mean([h["reward"] for h in hist if h["valid"]]),
+                "reward_mean": _mean([h["reward"] for h in hist]), "valid": len(reward.valid_modules),
+                "in_band": sum(bool(h.get("in_band")) for h in hist),
+                "rejections": _count([h["reason"] for h in hist if not h["valid"]])}
+        return trainer, info
+
+    # ------------------------------------------------------------------ reports
+    def _report(self, r: int) -> None:
+        from kernelzero.train.report import heldout_eval, write_round_report
+
+        if self.rank != 0:
+            return
+        held = heldout_eval(self.cfg, self.state.coder_model, self._heldout_tasks(), self.judge,
+                            self.out / "reports" / f"round_{r}", context={"round": r, "phase": "heldout"})
+        phases = {p: json.loads((self.out / "ckpt" / RunState.phase_id(r, p) / "phase.json").read_text())
+                  for p in PHASES}
+        write_round_report(self.out, r, phases, held, self.pool, read_steps(self.steplog), self.tb)
+        self.state.reported_rounds.append(r)
+        self.state.save(self.out / "state.json")
+
+
+def _check_same_config(path: Path, cfg: TrainConfig) -> None:
+    """A resumed run must use the config it started with (more rounds are allowed)."""
+    if not path.exists():
+        return
+    old = yaml.safe_load(path.read_text()) or {}
+    new = yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    diff = sorted(k for k in set(old) | set(new) if k != "rounds" and old.get(k) != new.get(k))
+    if diff:
+        raise RunExists(f"{path.parent} was started with another config (differs in: "
+                        f"{', '.join(diff)}); resume it with the same config")
+
+
+def _truncate(path: Path, n_bytes: int) -> None:
+    if path.exists() and path.stat().st_size > n_bytes:
+        with path.open("r+b") as f:
+            f.truncate(n_bytes)
+
+
+def _mean(xs) -> float | None:
+    xs = [float(x) for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def _count(xs) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

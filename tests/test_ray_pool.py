@@ -1,0 +1,323 @@
+"""RayPool on a real local Ray cluster (CPU only; GPUs declared as Ray resources).
+
+- the real Evaluator inside Ray actors judges the built-in examples through the Triton interpreter;
+- GPU placement: with declared "GPU"s (Ray assigns ids and CUDA_VISIBLE_DEVICES) there is one
+  judge per GPU and at most `runs_per_gpu` candidates on a GPU at once (and that many really run
+  together); the same with a custom "kz_gpu" resource; a cluster without the resource is refused;
+- a judging actor SIGKILLed mid-batch: the candidate is re-judged, delivered and stored once;
+- a candidate that kills its worker every time ends as `runtime_error` / `worker_lost`;
+- an evaluator bug raises RayPoolError after the rest of the batch is delivered;
+- (slow) a whole node removed mid-batch from a two-node cluster: its work finishes on the other.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from ray import cloudpickle  # Ray's own copy: the one that pickles task arguments
+
+from kernelzero.eval import EvalConfig, Verdict
+from kernelzero.eval.ray_pool import RayPool, RayPoolConfig, RayPoolError
+from kernelzero.store import Store, verdict_key
+from kernelzero.tasks import Candidate, Task, find_samples, load_tasks
+
+# The helpers below run inside Ray workers, which cannot import this test module by name.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "kernelzero" / "examples"
+CPU = EvalConfig(device="cpu", max_workers=1, correctness_trials=2, hardening_trials=False)
+
+
+def example_pairs() -> list[tuple[Task, Candidate]]:
+    tasks = {(t.level, t.problem_id): t for t in load_tasks(EXAMPLES / "tasks")}
+    return [(tasks[(lv, pid)], Candidate.from_file(path))
+            for lv, pid, _, path in find_samples(EXAMPLES / "candidates")]
+
+
+def pick(pairs, *names):
+    by_name = {c.name: (t, c) for t, c in pairs}
+    return [by_name[n] for n in names]
+
+
+RELU_OK, RELU_WRONG, RELU_SYNTAX, RELU_CUDA = (f"level_1_problem_1_sample_{s}_kernel"
+                                               for s in range(4))
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=4, num_gpus=2, resources={"kz_gpu": 2}, include_dashboard=False,
+             log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+# ---- judges used inside Ray workers (picklable by value) ----------------------------------------
+class SleepyJudge:
+    """'ok' -> correct after `delay_s`; 'die' -> the actor process exits; 'bug' -> raises."""
+
+    def __init__(self, cfg, delay_s: float = 0.0):
+        self.delay_s = delay_s
+
+    def judge(self, task, cand):
+        if "die" in cand.source:
+            os._exit(1)
+        if "bug" in cand.source:
+            raise ValueError("evaluator bug")
+        time.sleep(self.delay_s)
+        return Verdict(status="correct" if "ok" in cand.source else "incorrect",
+                       reason=f"gpus={os.environ.get('CUDA_VISIBLE_DEVICES')}",
+                       task_hash=task.hash, candidate_hash=cand.hash)
+
+
+def sleepy(delay_s: float, cfg):
+    return SleepyJudge(cfg, delay_s)
+
+
+class MarkingEvaluator:
+    """The real Evaluator, announcing `<pid>` in `mark_dir/<candidate name>.<n>` before judging."""
+
+    def __init__(self, cfg, mark_dir: str):
+        from kernelzero.eval import Evaluator
+        self.ev, self.mark_dir = Evaluator(cfg), Path(mark_dir)
+
+    def judge(self, task, cand):
+        n = len(list(self.mark_dir.glob(f"{cand.name}.*")))
+        (self.mark_dir / f"{cand.name}.{n}").write_text(str(os.getpid()))
+        return self.ev.judge(task, cand)
+
+
+def marking(mark_dir: str, cfg):
+    return MarkingEvaluator(cfg, mark_dir)
+
+
+def max_overlap(intervals) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    best = cur = 0
+    for _, d in events:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+# ---- tests ---------------------------------------------------------------------------------------
+def test_real_evaluator_in_ray_actors(local_ray):
+    pairs = pick(example_pairs(), RELU_OK, RELU_WRONG, RELU_SYNTAX, RELU_CUDA)
+    seen = []
+    with RayPool(CPU) as pool:
+        verdicts = pool.judge_many(pairs, on_verdict=lambda i, v: seen.append(i))
+        health = pool.health()
+    assert [v.status for v in verdicts] == ["correct", "incorrect", "compile_error", "rejected"
+                                            ], [v.reason for v in verdicts]
+    assert sorted(seen) == list(range(4))
+    assert [v.candidate_hash for v in verdicts] == [c.hash for _, c in pairs]
+    assert health["judged"] == 4 and health["in_flight"] == 0 and health["nodes_alive"] == 1
+    assert health["claims_gpus"] is False  # CPU judging claims no GPU
+    assert len(health["actors"]) == 1  # one per node on CPU
+    assert ray.is_initialized()  # the pool joined the test's cluster and leaves it running
+
+
+def test_declared_gpus_one_judge_per_gpu_one_candidate_at_a_time(local_ray):
+    pairs = [(Task.from_source("ref"), Candidate(f"ok {i}")) for i in range(6)]
+    cfg = RayPoolConfig(use_gpus=True, runs_per_gpu=1, cpus_per_actor=0)
+    with RayPool(CPU, cfg, evaluator_factory=functools.partial(sleepy, 0.6)) as pool:
+        verdicts = pool.judge_many(pairs)
+        placed = list(pool.placements)
+    assert all(v.correct for v in verdicts)
+    assert all(p["resources"].get("GPU") == 1.0 and len(p["gpu_ids"]) == 1 for p in placed)
+    # Ray set CUDA_VISIBLE_DEVICES to the GPU it assigned; the judge saw exactly that one
+    by_hash = {p["candidate_hash"]: p for p in placed}
+    assert all(v.reason == f"gpus={by_hash[c.hash]['gpu_ids'][0]}"
+               for v, (_, c) in zip(verdicts, pairs))
+    assert {p["gpu_ids"][0] for p in placed} == {"0", "1"}  # one judge per declared GPU
+    assert max_overlap([(p["started"], p["ended"]) for p in placed]) <= 2
+    for gpu in ("0", "1"):  # a GPU never held two run tasks at once
+        assert max_overlap([(p["started"], p["ended"]) for p in placed
+                            if p["gpu_ids"] == [gpu]]) <= 1
+
+
+class RendezvousJudge:
+    """Announces itself in `room`, then waits (up to 30 s) until `quorum` judges are inside at
+    once: proof that Ray let that many run together, however slowly workers start."""
+
+    def __init__(self, cfg, room: str, quorum: int):
+        self.room, self.quorum = Path(room), quorum
+
+    def judge(self, task, cand):
+        import uuid
+
+        (self.room / uuid.uuid4().hex).touch()
+        deadline = time.time() + 30
+        while len(list(self.room.iterdir())) < self.quorum and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        return Verdict(status="correct", reason="met", task_hash=task.hash,
+                       candidate_hash=cand.hash)
+
+
+def rendezvous(room: str, quorum: int, cfg):
+    return RendezvousJudge(cfg, room, quorum)
+
+
+def test_declared_gpus_packed_runs_per_gpu(local_ray, tmp_path):
+    pairs = [(Task.from_source("ref"), Candidate(f"ok {i}")) for i in range(8)]
+    cfg = RayPoolConfig(use_gpus=True, runs_per_gpu=2, cpus_per_actor=0)
+    factory = functools.partial(rendezvous, str(tmp_path), 4)
+    with RayPool(CPU, cfg, evaluator_factory=factory) as pool:
+        assert all(v.correct for v in pool.judge_many(pairs))
+        placed = list(pool.placements)
+    assert all(p["resources"].get("GPU") == 1.0 for p in placed)
+    first_wave = sorted(placed, key=lambda p: p["started"])[:4]
+    assert max(p["started"] for p in first_wave) < min(p["ended"] for p in first_wave)
+    assert max_overlap([(p["started"], p["ended"]) for p in placed]) <= 4  # never more
+    for gpu in ("0", "1"):
+        assert max_overlap([(p["started"], p["ended"]) for p in placed
+                            if p["gpu_ids"] == [gpu]]) <= 2
+
+
+def test_custom_gpu_resource_and_missing_resource(local_ray):
+    pairs = [(Task.from_source("ref"), Candidate(f"ok {i}")) for i in range(4)]
+    cfg = RayPoolConfig(use_gpus=True, runs_per_gpu=1, gpu_resource="kz_gpu", cpus_per_actor=0)
+    with RayPool(CPU, cfg, evaluator_factory=functools.partial(sleepy, 0.5)) as pool:
+        assert all(v.correct for v in pool.judge_many(pairs))
+        placed = list(pool.placements)
+    assert all(p["resources"].get("kz_gpu") == 1.0 and "GPU" not in p["resources"]
+               for p in placed)
+    assert max_overlap([(p["started"], p["ended"]) for p in placed]) <= 2
+    with pytest.raises(RuntimeError, match="offers 0 of resource 'h100'"):
+        RayPool(CPU, RayPoolConfig(use_gpus=True, gpu_resource="h100"))
+    with pytest.raises(ValueError, match="runs_per_gpu"):
+        RayPoolConfig(runs_per_gpu=0)
+
+
+def test_killed_worker_mid_batch_is_rejudged_and_stored_once(local_ray, tmp_path):
+    pairs = pick(example_pairs(), RELU_OK, RELU_WRONG)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    store = Store(tmp_path / "kz.db")
+    delivered = []
+
+    def on_verdict(i, v):
+        delivered.append(i)
+        task, cand = pairs[i]
+        store.put(verdict_key(task.hash, cand.hash, v.device, "test"), v, run="ray",
+                  task_key=task.key, sample_id=cand.sample_id)
+
+    killed = {}
+
+    def kill_first_attempt():  # SIGKILL the actor judging the correct ReLU, once
+        deadline = time.time() + 60
+        first = marks / f"{RELU_OK}.0"
+        while not first.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # mid-judgement: the sandboxed worker is up by now
+        killed["pid"] = int(first.read_text())
+        os.kill(killed["pid"], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_first_attempt)
+    killer.start()
+    with RayPool(CPU, RayPoolConfig(max_retries=2),
+                 evaluator_factory=functools.partial(marking, str(marks))) as pool:
+        verdicts = pool.judge_many(pairs, on_verdict=on_verdict)
+        placed = {p["candidate_hash"]: p for p in pool.placements}
+    killer.join()
+    assert [v.status for v in verdicts] == ["correct", "incorrect"]
+    assert sorted(delivered) == [0, 1]  # each index delivered exactly once
+    assert (marks / f"{RELU_OK}.1").exists()  # ... and index 0 really was judged twice
+    assert placed[pairs[0][1].hash]["pid"] != killed["pid"]
+    assert store.count(run="ray") == 2
+    # a second delivery of the same verdict (what a re-run after node loss could produce) is
+    # absorbed by the store's idempotent key
+    task, cand = pairs[0]
+    store.put(verdict_key(task.hash, cand.hash, verdicts[0].device, "test"), verdicts[0], run="ray",
+              task_key=task.key)
+    assert store.count(run="ray") == 2
+    store.close()
+
+
+def test_candidate_that_kills_every_worker_gets_worker_lost(local_ray):
+    pairs = [(Task.from_source("ref"), Candidate(s)) for s in ("ok", "die", "ok too")]
+    with RayPool(CPU, RayPoolConfig(max_retries=1),
+                 evaluator_factory=functools.partial(sleepy, 0.0)) as pool:
+        verdicts = pool.judge_many(pairs)
+        assert pool.health()["worker_lost"] == 1
+    assert [v.status for v in verdicts] == ["correct", "runtime_error", "correct"]
+    assert verdicts[1].flags == ["worker_lost"] and "2 attempts" in verdicts[1].reason
+    assert verdicts[1].candidate_hash == pairs[1][1].hash
+
+
+def test_evaluator_bug_raises_after_delivering_the_rest(local_ray):
+    pairs = [(Task.from_source("ref"), Candidate(s)) for s in ("ok", "bug", "nope")]
+    seen = {}
+    with RayPool(CPU, evaluator_factory=functools.partial(sleepy, 0.0)) as pool:
+        with pytest.raises(RayPoolError, match="#1: ValueError: evaluator bug") as e:
+            pool.judge_many(pairs, on_verdict=lambda i, v: seen.update({i: v.status}))
+    assert seen == {0: "correct", 2: "incorrect"} and list(e.value.failures) == [1]
+
+
+@pytest.mark.slow  # starts a two-node cluster (~15 s) on top of the judging
+def test_node_removed_mid_batch_work_finishes_on_the_other_node(tmp_path):
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"kz_gpu": 1}, "include_dashboard": False})
+    doomed = cluster.add_node(num_cpus=1, resources={"kz_gpu": 1})
+    cluster.wait_for_nodes()
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        pairs = [(Task.from_source("ref"), Candidate(f"ok {i}", name=f"c{i}")) for i in range(4)]
+        cfg = RayPoolConfig(use_gpus=True, runs_per_gpu=1, gpu_resource="kz_gpu", max_retries=3)
+        removed = {}
+
+        def remove_doomed_node_while_it_judges():
+            deadline = time.time() + 60
+            while time.time() < deadline and not removed:
+                for m in marks.glob("*"):
+                    node, pid = m.read_text().split()
+                    if node == doomed.node_id:
+                        removed["pid"] = pid
+                        cluster.remove_node(doomed, allow_graceful=False)
+                        return
+                time.sleep(0.05)
+
+        remover = threading.Thread(target=remove_doomed_node_while_it_judges)
+        remover.start()
+        factory = functools.partial(node_marking, str(marks))
+        with RayPool(CPU, cfg, evaluator_factory=factory) as pool:
+            delivered = []
+            verdicts = pool.judge_many(pairs, on_verdict=lambda i, v: delivered.append(i))
+            placed = list(pool.placements)
+        remover.join()
+        assert removed, "no task ever ran on the second node"
+        assert all(v.correct for v in verdicts) and sorted(delivered) == [0, 1, 2, 3]
+        assert {p["node_id"] for p in placed} == {cluster.head_node.node_id}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+class NodeMarkingJudge(SleepyJudge):
+    def __init__(self, cfg, mark_dir: str):
+        super().__init__(cfg, delay_s=2.0)
+        self.mark_dir = Path(mark_dir)
+
+    def judge(self, task, cand):
+        node = ray.get_runtime_context().get_node_id()
+        (self.mark_dir / f"{cand.name}.{os.getpid()}").write_text(f"{node} {os.getpid()}")
+        return super().judge(task, cand)
+
+
+def node_marking(mark_dir: str, cfg):
+    return NodeMarkingJudge(cfg, mark_dir)
