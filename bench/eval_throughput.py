@@ -94,7 +94,7 @@ def gpu_seconds(v, cfg) -> float:
 
 
 def throughput(workers: int, quick: bool, transfer: str = "auto") -> dict:
-    cfg = EvalConfig(device="cuda", policy="kernelbench", correctness_trials=5, transfer=transfer,
+    cfg = EvalConfig(device="cuda", policy="none", correctness_trials=5, transfer=transfer,
                      hardening_trials=False, timing_warmup=3, timing_min_trials=100,
                      timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3,
                      max_workers=workers)

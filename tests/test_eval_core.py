@@ -170,7 +170,7 @@ def verdicts():
     ("hangs", "timeout", "killed"),
     ("segfault", "runtime_error", "SIGSEGV"),
     ("oom", "runtime_error", "memory"),
-    ("exit0", "runtime_error", "exited"),
+    ("exit0", "rejected", "exit code 0"),
     ("triton_compile_error", "compile_error", "undefined_name"),
     ("shape", "incorrect", "shape"),
     ("tuple_len", "incorrect", "should be a tensor"),
@@ -178,7 +178,7 @@ def verdicts():
     ("nan", "incorrect", "NaN"),
     ("cache_by_shape", "incorrect", "tolerance"),
     ("prints", "correct", "matched"),
-    ("patches_allclose", "incorrect", "tolerance"),
+    ("patches_allclose", "rejected", "torch.allclose"),
     ("weights_by_name", "correct", "matched"),
 ])
 def test_verdict(verdicts, name, status, words):

@@ -21,8 +21,9 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
                    help="where candidates run (default: cuda if a GPU is visible, else cpu)")
     g.add_argument("--backend", choices=["auto", "triton", "cuda"], default="auto",
                    help="kernel language of the candidates (default: detected from the source)")
-    g.add_argument("--policy", choices=["strict", "kernelbench"], default="strict",
-                   help="strict: compute only in own kernels; kernelbench: torch ops allowed")
+    g.add_argument("--policy", choices=["strict", "kernelbench", "none"], default="strict",
+                   help="strict: compute only in own kernels; kernelbench: torch ops allowed but a "
+                        "custom kernel must exist; none: no policy checks")
     g.add_argument("--tolerance", choices=["strict", "paper"], default="strict",
                    help="strict: fp32 atol=rtol=1e-4 (fp16/bf16 1e-2); paper: 1e-2 everywhere")
     g.add_argument("--trials", type=int, default=5, help="correctness trials (fresh inputs each)")

@@ -19,7 +19,9 @@ class EvalConfig:
 
     device: `cpu` runs Triton through the interpreter (no timing); `cuda` compiles, runs and times.
     backend: `auto` detects the kernel language from the source; `triton`/`cuda` force it.
-    policy: `strict` (work in own kernels; the default) or `kernelbench` (torch ops allowed).
+    policy: `strict` (work in own kernels; the default), `kernelbench` (torch ops allowed, but a
+        custom kernel must exist) or `none` (no policy checks: only for benchmarking the
+        evaluator itself with trivially correct candidates).
     tolerance: `strict` (fp32 atol=rtol=1e-4, fp16/bf16 1e-2) or `paper` (1e-2 everywhere).
     correctness_trials: trials with fresh inputs from the secret seed schedule (at least 5).
     hardening_trials: three more trials whose float inputs are re-drawn from other distributions
@@ -43,7 +45,7 @@ class EvalConfig:
 
     device: Literal["cpu", "cuda"] = "cpu"
     backend: Literal["auto", "triton", "cuda"] = "auto"
-    policy: Literal["strict", "kernelbench"] = "strict"
+    policy: Literal["strict", "kernelbench", "none"] = "strict"
     tolerance: Literal["strict", "paper"] = "strict"
     correctness_trials: int = 5
     hardening_trials: bool = True
@@ -66,7 +68,7 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         choices = {"device": ("cpu", "cuda"), "backend": ("auto", "triton", "cuda"),
-                   "policy": ("strict", "kernelbench"), "tolerance": tuple(TOLERANCES),
+                   "policy": ("strict", "kernelbench", "none"), "tolerance": tuple(TOLERANCES),
                    "transfer": ("auto", "ipc", "host")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:

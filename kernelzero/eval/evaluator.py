@@ -289,6 +289,11 @@ class Evaluator:
                                reason=f"the candidate did not finish {_GERUND[phase]} within "
                                       f"{limit:g} s; its process group was killed")
             except WorkerDied as e:
+                if e.exit_code == 0:  # ended itself before the checks could finish
+                    return Verdict(status="rejected", backend=backend, flags=["harness_exit"],
+                                   log_tail=w.log_tail(),
+                                   reason=f"while {_GERUND[phase]}, the candidate ended its own "
+                                          "process (exit code 0) before the checks finished")
                 return Verdict(status="runtime_error", backend=backend, log_tail=w.log_tail(),
                                reason=f"while {_GERUND[phase]}, {e}")
             except (DecodeError, KeyError, TypeError, ValueError) as e:
@@ -388,6 +393,11 @@ class Evaluator:
                            reason="the reported timings are impossible (their sum exceeds the "
                                   "wall-clock time the judge measured)")
         timing = Timing.from_samples(times)
+        if _forged_timing(ref, timing, judge_wall_ms):
+            return Verdict(status="rejected", backend=backend, flags=["timing_inconsistent"],
+                           runtime_ms=timing, ref_runtime_ms=ref.timing,
+                           reason="the reported kernel times do not match the wall-clock time the "
+                                  "judge measured for the same timed loop (forged timings?)")
         floor = roofline_floor_ms(ref, self._gpu_name)
         if floor and timing.median_ms < 0.5 * floor:
             return Verdict(status="rejected", backend=backend, flags=["implausible_speedup"],
@@ -421,6 +431,21 @@ PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.04
                   "L40S": 0.864e12, "A10": 0.6e12, "4090": 1.0e12, "B200": 8.0e12}
 
 
+def _forged_timing(ref: ReferenceRun, cand: Timing, cand_wall_ms: float) -> bool:
+    """Cross-check of the worker's CUDA-event times against the judge's own clock.
+
+    Both timed loops (reference and candidate) do the same per-call work besides the module
+    (fresh inputs, L2 flush, synchronizes), so the wall-clock saving per call must roughly match
+    the event-time saving. Claimed savings that the wall clock does not show are forged. The
+    margin (a quarter of the reference time plus 0.1 ms per call) absorbs host noise.
+    """
+    if not ref.timing or not ref.time_wall_ms_per_call or not cand.n:
+        return False
+    claimed = ref.timing.median_ms - cand.median_ms
+    seen = ref.time_wall_ms_per_call - cand_wall_ms / cand.n
+    return claimed - seen > 0.25 * ref.timing.median_ms + 0.1
+
+
 def roofline_floor_ms(ref: ReferenceRun, gpu: str | None) -> float | None:
     """Least time to read every input once and write every output once, in milliseconds."""
     if not ref.io_bytes:
@@ -433,7 +458,8 @@ _GERUND = {"load": "loading", "run": "running", "time": "timing"}
 
 
 def _status(s) -> str:
-    return s if s in ("compile_error", "runtime_error", "format_error", "timeout") else "runtime_error"
+    return s if s in ("compile_error", "runtime_error", "format_error", "timeout", "rejected") \
+        else "runtime_error"
 
 
 def _loading_reason(info: dict) -> str:

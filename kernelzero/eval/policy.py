@@ -9,7 +9,9 @@ the candidate's own Triton/CUDA kernels. Two checks enforce it:
   (including calls made from C++ extensions), and any op outside `GLUE_OPS` is a rejection.
 
 `kernelbench`: KernelBench's rules (torch ops allowed; some custom kernel code must exist).
-Both policies reject inheriting from `Model`.
+`none`: no checks at all (for benchmarking the evaluator with the reference as its own candidate).
+Every policy but `none` rejects inheriting from `Model`, patching harness modules, and PyTorch
+fallbacks in exception handlers.
 """
 from __future__ import annotations
 
@@ -50,7 +52,15 @@ def forbidden_ops(ops: list[str]) -> list[str]:
 
 
 def static_policy_check(source: str, task_source: str, policy: str) -> tuple[str, list[str]] | None:
-    """(reason, flags) when the source is refused before running, else None."""
+    """(reason, flags) when the source is refused before running, else None.
+
+    Every policy but `none`: inheriting or instantiating the reference `Model`; assigning to
+    attributes of harness modules (time, torch, sys, gc, ...; `torch.backends` flags excepted);
+    PyTorch compute inside an exception handler (a fallback that hides a failing kernel).
+    `kernelbench` also needs a custom kernel in the source; `strict` forbids PyTorch compute.
+    """
+    if policy == "none":
+        return None
     try:
         tree = ast.parse(source)
     except SyntaxError:
@@ -64,8 +74,10 @@ def static_policy_check(source: str, task_source: str, policy: str) -> tuple[str
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Model":
             return "the candidate instantiates the reference `Model`", ["passthrough_reference"]
-    if policy != "strict":
-        return None
+    patched = _harness_tampering(tree)
+    if patched:
+        return (f"the candidate patches `{patched}`: code under judgement may not change the "
+                "harness's modules", ["harness_tampering"])
     module_names = _module_level_names(tree)
     jit_funcs = {id(f) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
                  and any(_is_triton_jit(d) for d in f.decorator_list)}
@@ -73,6 +85,7 @@ def static_policy_check(source: str, task_source: str, policy: str) -> tuple[str
     for fn in ast.walk(tree):
         if isinstance(fn, ast.FunctionDef) and id(fn) not in jit_funcs:
             calls += [(fn, c) for c in ast.walk(fn) if isinstance(c, ast.Call)]
+    compute = []
     for fn, call in calls:
         name = _compute_call(call, module_names)
         if name:
@@ -81,8 +94,49 @@ def static_policy_check(source: str, task_source: str, policy: str) -> tuple[str
             if in_handler:
                 return (f"a PyTorch fallback (`{name}`) in an exception handler: the kernel's "
                         "failure would be hidden", ["passthrough_fallback"])
-            return (f"strict policy: `{name}` is a PyTorch compute op; ModelNew must compute in "
-                    "its own kernels", ["forbidden_op"])
+            compute.append(name)
+    if policy == "kernelbench":
+        from kernelzero.tasks.task import detect_backend
+        if detect_backend(source) == "none":
+            return ("kernelbench policy: the candidate contains no custom kernel (a Triton "
+                    "`@triton.jit` function or CUDA code through load_inline)", ["no_custom_kernel"])
+        return None
+    if compute:
+        return (f"strict policy: `{compute[0]}` is a PyTorch compute op; ModelNew must compute in "
+                "its own kernels", ["forbidden_op"])
+    return None
+
+
+HARNESS_MODULES = frozenset("time torch sys os builtins gc inspect numpy np triton subprocess "
+                            "signal threading json importlib random".split())
+
+
+def _root_chain(node) -> list[str]:
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        names.append(node.id)
+    return names[::-1]
+
+
+def _harness_tampering(tree: ast.Module) -> str | None:
+    """The first `module.attr = ...` / `setattr(module, ...)` on a harness module, if any."""
+    targets = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets += node.targets if isinstance(node, ast.Assign) else [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("setattr", "delattr") and node.args:
+            targets.append(ast.Attribute(value=node.args[0], attr="?"))
+    for t in targets:
+        if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and \
+                t.value.attr == "__dict__":
+            t = t.value
+        chain = _root_chain(t) if isinstance(t, ast.Attribute) else []
+        if len(chain) >= 2 and chain[0] in HARNESS_MODULES and chain[:2] != ["torch", "backends"]:
+            return ".".join(chain)
     return None
 
 

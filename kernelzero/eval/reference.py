@@ -8,6 +8,7 @@ candidate process ever holds them. On a GPU it is then timed exactly like a cand
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 from kernelzero.eval.config import EvalConfig
@@ -41,6 +42,7 @@ class ReferenceRun:
     log_tail: str = ""
     schedule: Schedule | None = None
     io_bytes: int | None = None     # input + output bytes of one call (for the roofline bound)
+    time_wall_ms_per_call: float | None = None  # judge-side wall clock of its timed loop, per call
 
 
 def _finite(obj) -> bool:
@@ -132,7 +134,10 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                                 results[n_corr + len(schedule.checked):]):
                     run.trials[t] = r
                 if time_it:
+                    t0 = time.perf_counter()
                     run.timing = _timing(time_module(w, cfg, schedule, run.l2_bytes))
+                    if run.timing:
+                        run.time_wall_ms_per_call = (time.perf_counter() - t0) * 1e3 / run.timing.n
                     if cfg.compile_baseline:
                         run.compile_timing = _timing(time_module(w, cfg, schedule, run.l2_bytes,
                                                                  compile_=True))

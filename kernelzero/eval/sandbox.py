@@ -105,7 +105,9 @@ class WorkerTimeout(Exception):
 
 
 class WorkerDied(Exception):
-    pass
+    def __init__(self, reason: str, exit_code: int | None = None):
+        super().__init__(reason)
+        self.exit_code = exit_code  # 0: the process ended itself "successfully" mid-judgement
 
 
 def _shm_root() -> str | None:
@@ -181,7 +183,7 @@ class SandboxWorker:
             self.proc.stdin.write((json.dumps(msg) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise WorkerDied(self._death_reason()) from None
+            raise WorkerDied(self._death_reason(), self.proc.poll()) from None
         return self._read(time.monotonic() + timeout_s)
 
     def _read(self, deadline: float) -> dict:
@@ -197,7 +199,7 @@ class SandboxWorker:
                 continue
             chunk = os.read(fd, 1 << 20)
             if not chunk:
-                raise WorkerDied(self._death_reason())
+                raise WorkerDied(self._death_reason(), self.proc.poll())
             self._buf += chunk
             if len(self._buf) > MAX_REPLY_BYTES:
                 self.kill()
