@@ -7,8 +7,10 @@ the next ones are already started, imported and compiled.
 """
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
 
@@ -20,6 +22,9 @@ class SparePool:
         self._starting = 0
         self._lock = threading.Lock()
         self._closed = False
+        # Spares hold temp dirs (on /dev/shm): close them even if the owner forgets to.
+        ref = weakref.ref(self)
+        atexit.register(lambda: ref() is not None and ref().close())
 
     def take(self, name: str) -> SandboxWorker:
         """A started, warmed worker (a spare if one is ready, else a new one)."""
