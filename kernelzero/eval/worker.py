@@ -477,6 +477,9 @@ def main() -> None:
             _reply(handler(cmd))
         except BaseException as e:  # noqa: BLE001 - never die silently on a bad command
             _reply({"ok": False, "status": "runtime_error", "reason": _one_line(e)})
+    # stdin closed: the judge is done with us, or died. Our private directory goes with us.
+    import shutil
+    shutil.rmtree(os.getcwd(), ignore_errors=True)
     os._exit(0)
 
 
