@@ -91,8 +91,10 @@ class EvaluatorReward(RawRewardSource):
         pairs = [(self.tasks[t], self.to_candidate(text)) for t, text in zip(task_id, completions)]
         verdicts = self.judge.judge(pairs, context=self.context())
         self.last_verdicts = verdicts
+        # A speedup the judge could not confirm against its own clock earns no speed reward.
         return [(1.0 if v.correct else 0.0,
-                 speed_score(v.speedup, self.ca.s_max, self.ca.speed_transform) if v.correct else 0.0)
+                 speed_score(v.speedup, self.ca.s_max, self.ca.speed_transform)
+                 if v.correct and "timing_unconfirmed" not in v.flags else 0.0)
                 for v in verdicts]
 
 
