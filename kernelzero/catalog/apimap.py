@@ -20,6 +20,7 @@ import ast
 from dataclasses import dataclass, field
 
 from kernelzero.catalog.specs import SPECS
+from kernelzero.tasks.task import parse_python
 
 _ROOTS = {"F": "torch.nn.functional", "nn": "torch.nn", "torch": "torch"}
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@"}
@@ -186,7 +187,7 @@ INPUT_FUNCS = ("get_inputs", "get_init_inputs")
 
 def scan_source(source: str) -> ApiUse:
     """Operators used by every class and helper function of a task file (not the input makers)."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     aliases = import_aliases(tree)
     use = ApiUse()
     for node in tree.body:
@@ -205,7 +206,7 @@ def scan_source(source: str) -> ApiUse:
 def forward_api_sets(source: str) -> list[set[str]]:
     """One set of catalog operators per `forward` method in the file (layers resolved)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return []
     aliases = import_aliases(tree)

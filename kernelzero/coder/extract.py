@@ -16,6 +16,7 @@ import ast
 import re
 
 from kernelzero.eval import Verdict
+from kernelzero.tasks.task import parse_python
 
 # Chat-template and end-of-text tokens of common model families.
 _SPECIAL_TOKENS_RE = re.compile(
@@ -63,7 +64,7 @@ def code_blocks(text: str) -> list[str]:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_python(code)
     except (SyntaxError, ValueError):
         return False
     return True

@@ -38,7 +38,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kernelzero.tasks.task import Task
+from kernelzero.tasks.task import Task, parse_python
 
 CODES = ("probe_failed", "non_finite", "nondeterministic", "zeros", "constant", "identity",
          "seed_independent", "ignores_input", "ignores_weights", "small_output", "weights_constant")
@@ -217,7 +217,7 @@ class _Rename(ast.NodeTransformer):
 
 def wrapped_source(source: str) -> str:
     """The task's source with `Model` renamed and the audit wrapper appended."""
-    tree = _Rename().visit(ast.parse(source))
+    tree = _Rename().visit(parse_python(source))
     return ast.unparse(tree) + "\n" + _WRAPPER
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 
+from kernelzero.tasks.task import parse_python
+
 GLUE_OPS = frozenset("""
 empty empty_like empty_strided new_empty new_empty_strided zeros zeros_like new_zeros ones ones_like
 new_ones full full_like new_full fill_ zero_ arange view _unsafe_view reshape _reshape_alias as_strided
@@ -62,7 +64,7 @@ def static_policy_check(source: str, task_source: str, policy: str) -> tuple[str
     if policy == "none":
         return None
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError:
         return None  # reported as compile_error elsewhere
     cls = next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "ModelNew"), None)

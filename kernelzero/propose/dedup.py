@@ -13,6 +13,8 @@ from __future__ import annotations
 import ast
 import hashlib
 
+from kernelzero.tasks.task import parse_python
+
 KEEP = frozenset({"Model", "forward", "get_inputs", "get_init_inputs", "self", "super",
                   "__init__"})
 
@@ -82,7 +84,7 @@ def _drop_docstring(node) -> None:
 
 def canonical_form(source: str) -> str:
     """The canonical text of a module (raises SyntaxError when it does not parse)."""
-    tree = ast.parse(source)
+    tree = parse_python(source)
     _drop_docstring(tree)
     tree = _Canon(_bound_names(tree)).visit(tree)
     return ast.dump(tree, annotate_fields=False, include_attributes=False)

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from kernelzero.catalog.specs import describe, get_spec
+from kernelzero.tasks.task import parse_python
 
 SYSTEM = (
     "You write PyTorch reference modules for a GPU-kernel benchmark. A second model will be asked "
@@ -84,7 +85,7 @@ def _complete(code: str) -> bool:
 
 def _parses(code: str) -> bool:
     try:
-        ast.parse(code)
+        parse_python(code)
         return True
     except SyntaxError:
         return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,16 @@ TASK_FILE_RE = re.compile(r"^(?P<id>\d+)_(?P<name>.+)\.py$")
 LEVEL_DIR_RE = re.compile(r"^level_?(?P<level>\d+)$")
 SAMPLE_FILE_RE = re.compile(
     r"^level_(?P<level>\d+)_problem_(?P<id>\d+)_sample_(?P<sample>\d+)_kernel\.py$")
+
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str) -> ast.Module:
+    """`ast.parse`, serialised: CPython 3.11.7 and older raise `SystemError: AST constructor
+    recursion depth mismatch` when several threads build ASTs at once (the judge is threaded)."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
 
 
 def source_hash(source: str) -> str:
@@ -129,7 +140,7 @@ def find_samples(samples_dir: str | Path) -> list[tuple[int, int, int, Path]]:
 def static_check_task(source: str) -> str | None:
     """A reason the text cannot be a reference module, or None. Does not run anything."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as e:
         return f"reference does not parse: {e.msg} (line {e.lineno})"
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
@@ -146,7 +157,7 @@ def static_check_candidate(source: str) -> tuple[str, str] | None:
     if not source.strip():
         return "format_error", "the candidate is empty: no code was found"
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except SyntaxError as e:
         return "compile_error", f"Python syntax error: {e.msg} (line {e.lineno})"
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):
