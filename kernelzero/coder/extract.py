@@ -12,7 +12,6 @@ only the block that defines `ModelNew` is kept.
 """
 from __future__ import annotations
 
-import ast
 import re
 
 from kernelzero.eval import Verdict

@@ -13,7 +13,6 @@ validating the answer (validate.py) and training the Proposer (kernelzero/train)
 """
 from __future__ import annotations
 
-import ast
 import random
 import re
 from dataclasses import dataclass, field
