@@ -103,6 +103,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto") -> dict:
     t0 = time.perf_counter()
     with Evaluator(cfg) as ev:
         verdicts = ev.judge_many(pairs)
+        ref_phases = dict(ev.reference_phases)
     wall = time.perf_counter() - t0
     cand_gpu = sum(gpu_seconds(v, cfg) for v in verdicts)
     ref_gpu = 0.0
@@ -119,7 +120,10 @@ def throughput(workers: int, quick: bool, transfer: str = "auto") -> dict:
     gpu = cand_gpu + ref_gpu
     phase_names = sorted({k for v in verdicts for k in v.phases_s})
     phases_sum = {k: sum(v.phases_s.get(k, 0.0) for v in verdicts) for k in phase_names}
-    return {"phases_sum_s": phases_sum,"candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
+    ref_names = sorted({k for p in ref_phases.values() for k in p})
+    ref_sum = {k: sum(p.get(k, 0.0) for p in ref_phases.values()) for k in ref_names}
+    return {"phases_sum_s": phases_sum, "reference_phases_sum_s": ref_sum,
+            "reference_phases": ref_phases, "candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
             "transfer": cfg.transfer_mode,
@@ -160,10 +164,24 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="3 problems only")
     ap.add_argument("--skip-repeat", action="store_true")
+    ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
+    ap.add_argument("--repeat-workers", type=int, default=2,
+                    help="max_workers of the repeatability evaluators (one candidate each)")
     ap.add_argument("--transfer", default="auto", choices=["auto", "ipc", "host"])
     args = ap.parse_args()
-    res = {"throughput": throughput(args.workers, args.quick, args.transfer)}
-    tp = res["throughput"]
+    res = {}
+    if not args.repeat_only:
+        res["throughput"] = throughput(args.workers, args.quick, args.transfer)
+        report_throughput(res["throughput"])
+    if not args.skip_repeat:
+        res["repeatability"] = repeatability(args.repeat_workers)
+        for name, r in res["repeatability"].items():
+            print(f"  speedup {name:15s} {r['speedups']} spread {r['spread_pct']}% ({r['status']})")
+    Path(args.out).write_text(json.dumps(res, indent=2))
+    print(f"results: {args.out}")
+
+
+def report_throughput(tp: dict) -> None:
     for r in tp["rows"]:
         print(f"  {r['candidate']:22s} {r['status']:10s} cand {r['runtime_ms'] or 0:9.3f} ms  "
               f"ref {r['ref_ms'] or 0:9.3f} ms  wall {r['wall_s']:6.1f} s  {r['reason'][:60]}")
@@ -173,12 +191,8 @@ def main() -> None:
           f"(KernelBench's evaluator: 402 s / 19 s = 21x)")
     print("  summed per-candidate phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["phases_sum_s"].items()))
-    if not args.skip_repeat:
-        res["repeatability"] = repeatability(args.workers)
-        for name, r in res["repeatability"].items():
-            print(f"  speedup {name:15s} {r['speedups']} spread {r['spread_pct']}% ({r['status']})")
-    Path(args.out).write_text(json.dumps(res, indent=2))
-    print(f"results: {args.out}")
+    print("  summed per-reference phases (s): " +
+          ", ".join(f"{k} {x:.1f}" for k, x in tp["reference_phases_sum_s"].items()))
 
 
 if __name__ == "__main__":

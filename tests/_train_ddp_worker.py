@@ -4,7 +4,8 @@ The reward source is a fixed table indexed by (task, position of the sample in i
 position is recovered from the rank and the local index (TRL lays the global batch out rank by
 rank), so the raw verdicts are the same whatever the number of processes, and any difference in
 the final rewards can only come from where the gate is applied.
-usage: python _train_ddp_worker.py MODEL_DIR OUT_JSON
+usage: python _train_ddp_worker.py MODEL_DIR OUT_JSON [STEPS [COMPLETION_TOKENS [BF16]]]
+(also launched by bench/train_scaling.py through `accelerate launch`, for step times per GPU count)
 """
 import json
 import os
@@ -39,23 +40,30 @@ class TableReward(RawRewardSource):
         return out
 
 
-def main(model_dir: str, out_json: str) -> None:
+def main(model_dir: str, out_json: str, steps: int = STEPS, tokens: int = 8, bf16: bool = False) -> None:
+    import time
     world = int(os.environ.get("WORLD_SIZE", "1"))  # read before TrainingArguments sets up the state
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"write kernel {t}"}], "task_id": t}
                             for t in TABLE])
     ca = CAGRPOConfig(group_size=G, prompts_per_step=PROMPTS)
     args = grpo_args(str(Path(out_json).parent / "trl"), group_size=G, prompts_per_step=PROMPTS,
-                     max_steps=STEPS, learning_rate=1e-3, loss_type="grpo", kl_coef=0.0,
-                     max_completion_tokens=8, temperature=1.0, seed=0,
-                     num_processes=world)
+                     max_steps=steps, learning_rate=1e-3, loss_type="grpo", kl_coef=0.0,
+                     max_completion_tokens=tokens, temperature=1.0, seed=0,
+                     num_processes=world, bf16=bf16)
     tok = AutoTokenizer.from_pretrained(model_dir)
     trainer = CAGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir), reward=TableReward(),
                             ca=ca, args=args, train_dataset=ds, processing_class=tok)
-    trainer.train()
+    t0 = time.perf_counter()
+    out = trainer.train()
+    wall = time.perf_counter() - t0
     if trainer.accelerator.is_main_process:
-        Path(out_json).write_text(json.dumps({"num_processes": trainer.accelerator.num_processes,
-                                              "history": trainer.reward_history}))
+        Path(out_json).write_text(json.dumps({
+            "num_processes": trainer.accelerator.num_processes, "history": trainer.reward_history,
+            "train_wall_s": wall, "train_runtime_s": out.metrics.get("train_runtime"),
+            "distributed_type": str(trainer.accelerator.distributed_type),
+            "step_times_s": [e.get("step_time") for e in trainer.state.log_history if "step_time" in e]}))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    a = sys.argv[1:]
+    main(a[0], a[1], *(int(x) for x in a[2:4]), *(x == "bf16" for x in a[4:5]))

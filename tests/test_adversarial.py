@@ -64,8 +64,10 @@ def _policy_cases(fixtures: list[Fixture]) -> list:
 def naive_results() -> dict[str, dict]:
     """Every naive run this module needs: each exploit in its own subprocess, two at a time;
     the legit kernels (well-behaved by definition) together in one."""
+    on_gpu_run = os.environ.get("KZ_ADV_DEVICE") == "cuda"  # CPU demos skipped (see _naive_param)
     todo = [f for f in EXPLOITS
-            if not f.naive.startswith(("skip", "gpu")) or (f.naive.startswith("gpu") and CUDA)]
+            if (not f.naive.startswith(("skip", "gpu")) and not on_gpu_run)
+            or (f.naive.startswith("gpu") and CUDA)]
 
     def one(f: Fixture):
         timeout = NAIVE_HANG_S if f.naive == "hang" else NAIVE_TIMEOUT_S
@@ -78,7 +80,7 @@ def naive_results() -> dict[str, dict]:
         return f.name, r
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        legit = pool.submit(run_naive_many, [(f.target, f.path) for f in LEGIT])
+        legit = pool.submit(run_naive_many, [] if on_gpu_run else [(f.target, f.path) for f in LEGIT])
         results = dict(pool.map(one, todo))
         results.update(zip([f.name for f in LEGIT], legit.result()))
     return results
@@ -90,6 +92,10 @@ def _naive_param(f: Fixture):
         marks.append(pytest.mark.gpu)
     if f.naive.startswith("skip"):
         marks.append(pytest.mark.skip(reason="naive demo " + f.naive))
+    elif not f.naive.startswith("gpu") and os.environ.get("KZ_ADV_DEVICE") == "cuda":
+        # These demos run the naive harness through the Triton interpreter on the CPU (CI does);
+        # the GPU machine's older Triton interpreter fails on them (numpy 2 scalar conversion).
+        marks.append(pytest.mark.skip(reason="CPU-interpreter naive demo: runs in CI"))
     return pytest.param(f, id=f.name, marks=marks)
 
 

@@ -178,7 +178,46 @@ def test_bench_with_the_tiny_hf_model(one_thread, tmp_path, monkeypatch, capsys,
     assert files == ["level_2_problem_1_sample_0_kernel.py", "level_2_problem_1_sample_1_kernel.py"]
 
 
+def test_bench_judges_through_the_ray_pool_and_verdicts_carry_over(tmp_path, monkeypatch, capsys,
+                                                                    judged):
+    """`--pool ray`: a private local Ray cluster judges; a local-pool run afterwards finds every
+    verdict in the store (the same environment key whichever pool judged)."""
+    pytest.importorskip("ray")
+    from kernelzero.eval.ray_pool import RayPool
+
+    # No chdir here: Ray's workers import kernelzero from the driver's working directory when it
+    # is not installed (a checkout), so the test runs from the repository root.
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    record = write_jsonl(tmp_path / "record.jsonl", [
+        {"task": "L1/1_ReLU", "sample": 0, "completion": answer(RELU_OK, 0)},
+        {"task": "L1/1_ReLU", "sample": 1, "completion": answer(RELU_WRONG, 1)}])
+    batches = []
+    real = RayPool.judge_many
+    monkeypatch.setattr(RayPool, "judge_many",
+                        lambda self, pairs, on_verdict=None: batches.append(len(pairs)) or
+                        real(self, pairs, on_verdict))
+    argv = ["bench", "--tasks", str(EXAMPLES), "--levels", "1", "--model", f"replay:{record}",
+            "-k", "2", "--device", "cpu", "--run", "ray-test", "--runs-dir", str(tmp_path / "runs"),
+            "--db", str(tmp_path / "results.db"), "--boot", "0", "--workers", "1", "--json"]
+    assert main([*argv, "--pool", "ray"]) == 0, capsys.readouterr().err
+    doc = json.loads(capsys.readouterr().out)
+    assert batches == [2] and judged["n"] == 0  # the Ray actors judged, not this process
+    assert doc["statuses"] == {"correct": 1, "incorrect": 1}
+    judged["forbid"] = True
+    assert main([*argv, "--pool", "local"]) == 0
+    assert json.loads(capsys.readouterr().out)["statuses"] == doc["statuses"]
+
+
+def test_bench_pool_foo_is_refused_by_the_parser(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "--tasks", str(EXAMPLES), "--model", "replay:x", "--pool", "foo"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "invalid choice: 'foo'" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("argv,message", [
+    (["bench", "--tasks", str(EXAMPLES), "--model", "replay:x", "--ray-address", "auto"],
+     "--ray-address needs --pool ray"),
     (["bench", "--tasks", "nowhere", "--model", "replay:x"], "no task file or directory"),
     (["bench", "--tasks", str(EXAMPLES), "--levels", "one", "--model", "replay:x"], "--levels"),
     (["bench", "--tasks", str(EXAMPLES), "--levels", "7", "--model", "replay:x"], "no tasks"),

@@ -31,3 +31,25 @@ def test_propose_is_deterministic_and_writes_a_manifest(tmp_path, capsys):
 def test_propose_refuses_a_used_directory(tmp_path):
     (tmp_path / "1_x.py").write_text("x = 1\n")
     assert main(["propose", "--n", "1", "--out", str(tmp_path)]) == 2
+
+
+def test_an_interrupted_propose_keeps_the_modules_already_accepted(tmp_path, monkeypatch, capsys):
+    """Ctrl-C mid-run: every module accepted before it is on disk, with its manifest line."""
+    import kernelzero.propose.loop as loop
+    from kernelzero.propose.loop import Accepted, ProposeReport
+
+    def fake_propose(cfg, ev, candidates, dist, on_progress=None):
+        rep = ProposeReport()
+        for i in range(2):
+            rep.accepted.append(Accepted(name=f"M{i}", source=f"# module {i}\n", apis=["torch.relu"],
+                                         origin="composer", task_hash=f"h{i}", canonical_hash=f"c{i}",
+                                         meta={}, figures={}))
+            on_progress(rep)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop, "propose_modules", fake_propose)
+    out = tmp_path / "out"
+    assert main(["propose", "--n", "5", "--out", str(out), "--target", "cpu"]) == 130
+    assert sorted(p.name for p in out.glob("*.py")) == ["1_M0.py", "2_M1.py"]
+    rows = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert [r["file"] for r in rows] == ["1_M0.py", "2_M1.py"]

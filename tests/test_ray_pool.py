@@ -254,6 +254,21 @@ def test_candidate_that_kills_every_worker_gets_worker_lost(local_ray):
     assert verdicts[1].candidate_hash == pairs[1][1].hash
 
 
+def broken_factory(cfg):
+    raise ImportError("No module named 'kernelzero_missing' (actor environment is broken)")
+
+
+def test_actors_that_cannot_start_fail_the_batch_with_their_error(local_ray):
+    """Every actor start raising (an import error on the nodes) must not retry forever."""
+    pairs = [(Task.from_source("ref"), Candidate("ok"))]
+    t0 = time.monotonic()
+    with RayPool(CPU, RayPoolConfig(max_start_failures=2, rescan_s=0.2, start_timeout_s=600),
+                 evaluator_factory=broken_factory) as pool:
+        with pytest.raises(RayPoolError, match="no judging actor could start.*kernelzero_missing"):
+            pool.judge_many(pairs)
+    assert time.monotonic() - t0 < 120
+
+
 def test_evaluator_bug_raises_after_delivering_the_rest(local_ray):
     pairs = [(Task.from_source("ref"), Candidate(s)) for s in ("ok", "bug", "nope")]
     seen = {}

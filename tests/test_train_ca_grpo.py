@@ -65,6 +65,9 @@ def test_grpo_step_changes_parameters_and_rewards_are_ca_grpo(tiny_model, tmp_pa
     for h in trainer.reward_history:
         expect, _ = ca_grpo_rewards(h["correct"], h["speed"], 4, ca.alpha, ca.beta)
         assert h["rewards"] == pytest.approx(expect)
+        ids = h["task_ids"]  # the task of each completion, aligned with c: whole groups of one task
+        assert len(ids) == len(h["correct"]) == 8 and set(ids) <= {f"t{i}" for i in range(4)}
+        assert ids[:4] == [ids[0]] * 4 and ids[4:] == [ids[4]] * 4
     logged = [e for e in trainer.state.log_history if "ca_grpo/gate_open_rate" in e]
     assert len(logged) == 2 and all("ca_grpo/eval_latency_s" in e for e in logged)
 
@@ -99,6 +102,15 @@ def _check_identical(tiny_model, tmp_path, gpus: bool):
     for a, b in zip(one["history"], two["history"]):
         assert a["correct"] == b["correct"] and a["speed"] == b["speed"]
         assert a["rewards"] == b["rewards"]
+        assert a["task_ids"] == b["task_ids"]
+    # task_ids are gathered in the order of c (the loop reads each pool task's p from them): each
+    # group's flags are its task's row of the worker's table, on 1 process and across 2
+    from _train_ddp_worker import G, TABLE
+    for h in one["history"] + two["history"]:
+        for g in range(0, len(h["correct"]), G):
+            task = h["task_ids"][g]
+            assert h["task_ids"][g:g + G] == [task] * G
+            assert h["correct"][g:g + G] == TABLE[task][0]
     # The test can fail: in step 2 the group at rows 4..7 is split 2 + 2 over the ranks and is
     # [1, 0, 0, 0]; a per-process gate would see [1, 0] (rate 0.5) on rank 0 and open it.
     split = two["history"][1]["correct"][4:8]

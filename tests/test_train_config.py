@@ -28,10 +28,25 @@ def test_presets_load():
     ({"heldout": {"samples": 2, "ks": [1, 4]}}, "k"),
     ({"eval": {"device": "tpu"}}, "device"),
     ({"eval": {"no_such_knob": 1}}, "eval section"),
+    ({"reward": {"pool": "foo"}}, "reward.pool"),
+    ({"reward": {"ray_address": "auto"}}, "needs reward.pool: ray"),
+    ({"reward": {"url": "127.0.0.1:8000"}}, "http://"),
+    ({"reward": {"url": "http://h:8000", "pool": "ray"}}, "reward.url"),
+    ({"reward": {"uri": "http://h:8000"}}, "reward.uri"),
 ])
 def test_mistakes_are_named(data, match):
     with pytest.raises(ValueError, match=match):
         from_dict(data)
+
+
+def test_reward_section_overrides_merge_and_the_token_stays_out_of_the_run_copy(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("name: x\nreward: {url: 'http://h:1', token: s3cret}\n")
+    cfg = load_config(path, {"reward": {"url": "http://h:2"}})  # as `--reward-url` overrides it
+    assert (cfg.reward.url, cfg.reward.token, cfg.reward.where) == ("http://h:2", "s3cret", "service")
+    assert cfg.to_dict()["reward"] == {"pool": "local", "ray_address": None, "url": "http://h:2",
+                                       "token": None}
+    assert load_config("tiny-cpu").reward.where == "local"
 
 
 def test_unknown_preset(tmp_path):
@@ -50,6 +65,8 @@ def test_loop_refuses_to_overwrite_or_resume_with_another_config(tmp_path):
     with pytest.raises(RunExists, match="seed"):
         Loop(load_config("tiny-cpu", {"seed": 3}), tmp_path, resume=True)
     assert Loop(load_config("tiny-cpu", {"rounds": 3}), tmp_path, resume=True).resumed  # more rounds: fine
+    moved = load_config("tiny-cpu", {"reward": {"url": "http://10.0.0.5:8000"}})
+    assert Loop(moved, tmp_path, resume=True).resumed  # judged elsewhere now: fine
 
 
 def test_held_out_tasks_are_not_trained_on(tmp_path):

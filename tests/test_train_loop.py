@@ -83,3 +83,62 @@ def test_tiny_cpu_kill_and_resume(tmp_path):
     r1 = json.loads((cut_dir / "reports" / "round_1.json").read_text())
     assert r1 == {**r1, **{k: json.loads((full_dir / "reports" / "round_1.json").read_text())[k]
                            for k in ("proposer_valid_rate", "pass@1", "pool_size", "gate_open_rate")}}
+
+
+MODULE = """import torch
+import torch.nn as nn
+N = {n}
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * N
+def get_inputs():
+    return [torch.randn(N)]
+def get_init_inputs():
+    return []
+"""
+
+
+def test_coder_phase_records_pool_pass_rates_and_the_band_follows_them(tmp_path, monkeypatch):
+    """Issue 6: the Coder phase's samples of pool tasks update the pool's p (its latest group per
+    task), so a module the Coder now always (or never) solves is not trained on next round.
+    TRL is stubbed: the trainer's gathered reward history is what the loop reads."""
+    from types import SimpleNamespace
+
+    from kernelzero.train import ca_grpo
+    from kernelzero.train.config import load_config
+    from kernelzero.train.loop import Loop
+
+    loop = Loop(load_config("tiny-cpu"), tmp_path / "run")
+    loop.judge = None  # run() opens the judging pool; the stubbed phase judges nothing
+    solved, half, lost, unsampled = hashes = [
+        loop.pool.add(MODULE.format(n=n), ["relu"], f"m{n}", origin="test")[0] for n in (1, 2, 3, 4)]
+    for h in hashes:
+        loop.pool.record(h, 0, [1, 0, 1, 0])  # the Proposer phase measured p = 0.5: all in band
+    seed = loop._seed_tasks()[0].hash
+    # two steps of G = 4 samples per task, as CAGRPOTrainer gathers them (task_ids align with c)
+    steps = [{solved: [0, 0, 0, 0], lost: [0, 0, 0, 0], seed: [1, 1, 1, 1]},
+             {solved: [1, 1, 1, 1], half: [0, 1, 1, 0], seed: [0, 0, 0, 0]}]
+    calls = []
+
+    def fake_run_coder_phase(cfg, model, tasks, judge, out_dir, seed_, callbacks, opt, context, world):
+        calls.append({t.hash for t in tasks})
+        history = [{"task_ids": [t for t, c in step.items() for _ in c],
+                    "correct": [float(x) for c in step.values() for x in c],
+                    "components": {"gate_open_rate": 0.0, "correct_rate": 0.5}} for step in steps]
+        return SimpleNamespace(reward_history=history, state=SimpleNamespace(global_step=len(steps)))
+
+    monkeypatch.setattr(ca_grpo, "run_coder_phase", fake_run_coder_phase)
+    _, info = loop._coder_phase(0, tmp_path / "ckpt", 0, None, {"round": 0, "phase": "coder"})
+    assert set(hashes) <= calls[0] and seed in calls[0]
+    latest = {h: loop.pool.get(h).rates[-1] for h in hashes}
+    # the latest group of each task counts, not the phase's mean (solved: 0/4 then 4/4 -> 1.0)
+    assert latest[solved] == {"round": 0, "phase": "coder", "n": 4, "correct": 4, "p": 1.0}
+    assert (latest[half]["phase"], latest[half]["p"]) == ("coder", 0.5)
+    assert (latest[lost]["phase"], latest[lost]["p"]) == ("coder", 0.0)
+    assert latest[unsampled]["phase"] == "proposer"  # not sampled: its p stays the Proposer's
+    assert [r["phase"] for r in loop.pool.get(solved).rates] == ["proposer", "coder"]
+    assert info["pool_measured"] == 3 and info["pool_in_band_after"] == 2
+
+    # the next Coder phase trains on what is still in band
+    loop._coder_phase(1, tmp_path / "ckpt", 0, None, {"round": 1, "phase": "coder"})
+    assert {half, unsampled} <= calls[1] and not {solved, lost} & calls[1]

@@ -151,14 +151,15 @@ class BenchRun:
         return {t.key: self.k - len(self.missing(t)) for t in self.tasks if self.missing(t)}
 
     # -- judging ----------------------------------------------------------------------------------
-    def judge(self, evaluator, store, env_key: str,
+    def judge(self, pool, store, env_key: str,
               on_verdict: Callable[[Judged], None] | None = None) -> tuple[list[Judged], int]:
         """Verdicts for every sample file: from the store when there, else judged now (each saved
-        as it is final). Returns (all judged samples, how many were judged now: format errors
-        and evaluator runs)."""
+        as it is final). `pool` is any judging pool of `kernelzero.eval.pools` (the Evaluator, a
+        RayPool): `judge_many` and its `config`. Returns (all judged samples, how many were
+        judged now: format errors and evaluator runs)."""
         from kernelzero.store import verdict_key
 
-        device = evaluator.config.device
+        device = pool.config.device
         done: list[Judged] = []
         fresh = 0
         pending: dict[tuple[str, str], list[Judged]] = {}  # identical candidates judged once
@@ -180,7 +181,7 @@ class BenchRun:
                 if source.startswith(FORMAT_ERROR_MARKER):
                     reason = source.split("\n", 2)[1].removeprefix("# reason: ")
                     v = Verdict(status="format_error", reason=reason, device=device,
-                                policy=evaluator.config.policy, task_hash=t.hash,
+                                policy=pool.config.policy, task_hash=t.hash,
                                 candidate_hash=cand.hash)
                     j = Judged(t, s, key, v)
                     self._save(store, j)
@@ -201,7 +202,7 @@ class BenchRun:
                     on_verdict(j)
 
         if order:
-            evaluator.judge_many([cands[o] for o in order], on_verdict=finished)
+            pool.judge_many([cands[o] for o in order], on_verdict=finished)
         for js in pending.values():
             done.extend(js)
         position = {id(t): i for i, t in enumerate(self.tasks)}

@@ -2,7 +2,8 @@
 
 Covers: arguments, the environment key that makes stored verdicts reusable, progress bars, and
 rendering. The run folder and resuming are `kernelzero.coder.bench`; numbers come from
-`kernelzero.metrics`, files from `kernelzero.report`, storage from `kernelzero.store`.
+`kernelzero.metrics`, files from `kernelzero.report`, storage from `kernelzero.store`; judging
+goes through the pool `--pool local|ray` names (`kernelzero.eval.pools`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from kernelzero.commands.eval_cmd import add_pool_options
 from kernelzero.commands.generate_cmd import add_model_args
 
 
@@ -39,6 +41,7 @@ def register(subparsers) -> None:
                    help="prompts per generate call (default: %(default)s)")
     p.add_argument("--boot", type=int, default=1000, metavar="N",
                    help="bootstrap resamples for the CIs; 0 = none (default: %(default)s)")
+    add_pool_options(p)
     p.set_defaults(func=run)
 
 
@@ -59,7 +62,8 @@ def _levels(text: str | None) -> list[int] | None:
 
 def judging_env_key(evaluator) -> str:
     """What must match for a stored verdict to count here: the evaluator's environment key (with
-    the GPU's name resolved up front) and whether torch.compile was a baseline."""
+    the GPU's name resolved up front) and whether torch.compile was a baseline. `evaluator` is a
+    local Evaluator, whichever pool judges: verdicts stay reusable across pools."""
     from kernelzero.eval.environment import env_key
 
     env = evaluator.env()
@@ -73,6 +77,7 @@ def judging_env_key(evaluator) -> str:
 def run(args: argparse.Namespace) -> int:
     from kernelzero.cli import UsageError
     from kernelzero.coder.bench import BenchRun, records, safe_name
+    from kernelzero.commands.eval_cmd import check_pool_args
     from kernelzero.commands.generate_cmd import build_common
     from kernelzero.metrics import summarize
     from kernelzero.models import BackendError
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.k < 1 or args.batch_size < 1 or args.boot < 0:
         raise UsageError("-k and --batch-size must be at least 1, --boot at least 0")
+    check_pool_args(args)
     try:
         tasks = load_tasks(args.tasks, _levels(args.levels))
     except FileNotFoundError as e:
@@ -147,6 +153,7 @@ def _sample_and_judge(args, bench, backend, store, eval_cfg, prompt_cfg, samplin
     """Sample what is missing, judge what is not in the store; (short tasks, judged samples)."""
     from tqdm import tqdm
 
+    from kernelzero.commands.eval_cmd import pool_from_args
     from kernelzero.eval import Evaluator
 
     _log(args, f"bench {bench.name!r}: {len(bench.tasks)} tasks x {args.k} samples from "
@@ -160,11 +167,12 @@ def _sample_and_judge(args, bench, backend, store, eval_cfg, prompt_cfg, samplin
         _log(args, f"warning: {len(short)} task(s) have fewer than {args.k} samples (the "
                    f"backend returned fewer): "
                    + ", ".join(f"{k} ({n})" for k, n in list(short.items())[:10]))
-    with Evaluator(eval_cfg, ref_cache=store) as ev:
-        env = judging_env_key(ev)
+    with pool_from_args(args, eval_cfg, ref_cache=store) as pool:
+        # An Evaluator that is never entered starts nothing: it only names the environment.
+        env = judging_env_key(pool if args.pool == "local" else Evaluator(eval_cfg))
         total = bench.pending_count(store, eval_cfg.device, env)
         with tqdm(total=total, desc="judging", unit="cand", file=sys.stderr,
                   disable=args.json or None) as bar:
-            judged, fresh = bench.judge(ev, store, env, on_verdict=lambda j: bar.update(1))
+            judged, fresh = bench.judge(pool, store, env, on_verdict=lambda j: bar.update(1))
     _log(args, f"judged {fresh} samples ({len(judged) - fresh} verdicts reused from {args.db})")
     return short, judged

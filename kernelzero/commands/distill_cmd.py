@@ -34,8 +34,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from kernelzero.cli import UsageError
-    from kernelzero.commands.eval_cmd import eval_config_from_args
-    from kernelzero.eval import Evaluator
+    from kernelzero.commands.eval_cmd import eval_config_from_args, pool_from_args
     from kernelzero.train.distill import DistillConfig, distill, load_task_source
 
     try:
@@ -47,8 +46,8 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     if not tasks:
         raise UsageError(f"no tasks found in {args.tasks}")
-    with Evaluator(eval_config_from_args(args)) as ev:
-        counts = distill(cfg, tasks, ev, args.out)
+    with pool_from_args(args, eval_config_from_args(args)) as pool:  # --pool local|ray
+        counts = distill(cfg, tasks, pool, args.out)
     if args.json:
         print(json.dumps(counts))
     else:

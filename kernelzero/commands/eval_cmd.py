@@ -32,10 +32,48 @@ def add_eval_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=int, default=None, help="candidates judged at once")
     g.add_argument("--timeout", type=float, default=None,
                    help="seconds allowed for correctness trials (and again for timing)")
+    add_pool_options(g)
+
+
+def add_pool_options(g) -> None:
+    """--pool / --ray-address, for every command that judges a batch (eval, bench, distill)."""
     g.add_argument("--pool", choices=["local", "ray"], default="local",
                    help="judge in this process's workers, or across a Ray cluster (one judge per GPU)")
     g.add_argument("--ray-address", default=None,
                    help="Ray cluster to join (default: start a local one); with --pool ray")
+
+
+def check_pool_args(args) -> None:
+    """Usage errors of --pool / --ray-address found without starting anything (commands that
+    sample before they judge call this first, so a typo does not wait for the sampling)."""
+    from kernelzero.cli import UsageError
+
+    if args.ray_address and args.pool != "ray":
+        raise UsageError("--ray-address needs --pool ray")
+
+
+def pool_from_args(args, cfg, ref_cache=None):
+    """The judging pool --pool / --ray-address name (kernelzero.eval.pools), not yet entered.
+
+    `ref_cache` goes to the local Evaluator (the Ray pool's evaluators live in its actors).
+    --ray-address without --pool ray, Ray not installed, or a cluster that cannot be reached
+    are usage errors: one line, no traceback.
+    """
+    from kernelzero.cli import UsageError
+    from kernelzero.eval.pools import make_pool
+
+    check_pool_args(args)
+    if args.pool == "local":
+        from kernelzero.eval import Evaluator
+        return Evaluator(cfg, ref_cache=ref_cache)
+    try:
+        return make_pool(args.pool, cfg, ray_address=args.ray_address)
+    except ImportError as e:
+        raise UsageError(str(e)) from None
+    except (ConnectionError, RuntimeError) as e:  # ray.init found no cluster, or no GPU to claim
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UsageError(f"the Ray pool ({args.ray_address or 'a private local cluster'}) could "
+                         f"not start: {first}") from None
 
 
 def eval_config_from_args(args):
@@ -154,16 +192,12 @@ def _batch(args) -> int:
     pairs, orphans = _pairs(args.tasks, args.samples, args.backend)
     if orphans:
         print(f"{len(orphans)} sample(s) match no task, skipped (e.g. {orphans[0]})", file=sys.stderr)
-    from kernelzero.eval.pools import make_pool
     cfg = eval_config_from_args(args)
     store = Store(args.db)
     counts: Counter = Counter()
-    if args.pool == "local":
-        pool = Evaluator(cfg, ref_cache=store)
-        env_key = pool.env_key()
-    else:
-        env_key = Evaluator(cfg).env_key()  # the same key whichever pool judges
-        pool = make_pool("ray", cfg, ray_address=args.ray_address)
+    pool = pool_from_args(args, cfg, ref_cache=store)
+    # The same key whichever pool judges (an Evaluator that is never entered starts nothing).
+    env_key = (pool if args.pool == "local" else Evaluator(cfg)).env_key()
     with pool as ev:
         # One row per sample (identical code in two samples still counts twice for pass@k).
         keyed = [(verdict_key(t.hash, c.hash, cfg.device, env_key) + f"/s{c.sample_id}", t, c)

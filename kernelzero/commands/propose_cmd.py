@@ -71,26 +71,33 @@ def run(args) -> int:
     else:
         candidates = composer_candidates(cfg, dist)
     device = args.device or ("cpu" if args.target == "cpu" else "cuda")
-    bar = tqdm(total=args.n, desc="validated", unit="module", file=sys.stderr,
-               disable=None if not args.json else True)
+    bar = tqdm(total=args.n, desc="validated", unit="module", file=sys.stderr, disable=args.json)
+    out.mkdir(parents=True, exist_ok=True)
+    written = 0
+
+    def save_new(rep) -> None:
+        """Write modules as they are accepted, so an interrupted run keeps every finished one."""
+        nonlocal written
+        with open(out / "manifest.jsonl", "a") as mf:
+            for i, a in enumerate(rep.accepted[written:], written + 1):
+                fname = f"{i}_{a.name}.py"
+                (out / fname).write_text(a.source)
+                mf.write(json.dumps({"file": fname, "problem_id": i, "name": a.name, "apis": a.apis,
+                                     "origin": a.origin, "task_hash": a.task_hash,
+                                     "canonical_hash": a.canonical_hash, "seed": args.seed,
+                                     "cost": a.meta, "validation": a.figures}) + "\n")
+        written = len(rep.accepted)
 
     def progress(rep):
+        save_new(rep)
         bar.n = len(rep.accepted)
         bar.set_postfix(tried=rep.candidates, rejected=sum(rep.rejections.values()))
         bar.refresh()
 
     with Evaluator(EvalConfig(device=device, max_workers=args.workers)) as ev:
         report = propose_modules(cfg, ev, candidates, dist, on_progress=progress)
+    save_new(report)
     bar.close()
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "manifest.jsonl", "w") as mf:
-        for i, a in enumerate(report.accepted, 1):
-            fname = f"{i}_{a.name}.py"
-            (out / fname).write_text(a.source)
-            mf.write(json.dumps({"file": fname, "problem_id": i, "name": a.name, "apis": a.apis,
-                                 "origin": a.origin, "task_hash": a.task_hash,
-                                 "canonical_hash": a.canonical_hash, "seed": args.seed,
-                                 "cost": a.meta, "validation": a.figures}) + "\n")
     summary = {**report.summary(), "out": str(out), "target": args.target, "device": device,
                "seed": args.seed}
     if args.json:

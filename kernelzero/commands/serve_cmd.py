@@ -26,11 +26,19 @@ def register(subparsers) -> None:
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="Ray cluster to join with --pool ray: 'auto' (started by `ray start` "
                         "here), HOST:PORT, or unset for a private local cluster")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None,
                    help="judge on the CPU (Triton interpreter, no timing) or on GPUs "
-                        "(default: %(default)s)")
+                        "(default: cpu, or the --eval-config's)")
     p.add_argument("--workers", type=int, default=4, metavar="N",
                    help="candidate workers of the local evaluator (default: %(default)s)")
+    p.add_argument("--policy", choices=("strict", "kernelbench", "none"), default=None,
+                   help="what a candidate may call (default: strict, or the --eval-config's)")
+    p.add_argument("--tolerance", choices=("strict", "paper"), default=None,
+                   help="numerical tolerance (default: strict, or the --eval-config's)")
+    p.add_argument("--eval-config", default=None, metavar="YAML",
+                   help="EvalConfig fields from a YAML file: a mapping of fields, or a training "
+                        "config whose `eval` section is used (so the service judges exactly as "
+                        "the run expects); --device/--workers/--policy/--tolerance override it")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="candidates waiting or being judged before new requests get 429 "
                         "(default: %(default)s)")
@@ -64,6 +72,27 @@ def _dispatch(args) -> dict:
     return {"dispatchers": 4, "max_dispatch": 64}
 
 
+def _eval_fields(args) -> dict:
+    """EvalConfig fields: the --eval-config file's, then the flags given on the command line."""
+    fields: dict = {}
+    if args.eval_config:
+        import yaml
+        try:
+            with open(args.eval_config, encoding="utf-8") as f:
+                doc = yaml.safe_load(f) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise ValueError(f"cannot read {args.eval_config}: {e}") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"{args.eval_config} is not a YAML mapping")
+        fields = dict(doc.get("eval", doc)) if isinstance(doc.get("eval", doc), dict) else {}
+    fields["device"] = args.device or fields.get("device", "cpu")
+    fields["max_workers"] = args.workers
+    for name in ("policy", "tolerance"):
+        if getattr(args, name) is not None:
+            fields[name] = getattr(args, name)
+    return fields
+
+
 def run(args: argparse.Namespace) -> int:
     import os
     import sys
@@ -90,16 +119,17 @@ def run(args: argparse.Namespace) -> int:
         serve_cfg = ServeConfig(max_queue=args.max_queue, max_batch=args.max_batch,
                                 max_body_bytes=int(args.max_body_mb * 2**20),
                                 token=token, **_dispatch(args))
-        eval_cfg = EvalConfig(device=args.device, max_workers=args.workers)
-    except ValueError as e:
-        raise UsageError(str(e)) from e
+        eval_cfg = EvalConfig(**_eval_fields(args))
+    except (ValueError, TypeError) as e:
+        raise UsageError(f"judging settings: {e}") from e
     if args.pool == "local" and args.ray_address:
         raise UsageError("--ray-address needs --pool ray")
     try:
         pool = make_pool(args.pool, eval_cfg, ray_address=args.ray_address)
     except ImportError as e:
         raise UsageError(str(e)) from e
-    print(f"kernelzero serve: {args.pool} pool on {args.device}, http://{args.host}:{args.port} "
+    print(f"kernelzero serve: {args.pool} pool on {eval_cfg.device} (policy {eval_cfg.policy}, "
+          f"tolerance {eval_cfg.tolerance}), http://{args.host}:{args.port} "
           f"(auth: {'bearer token from $' + args.token_env if token else 'none'}; "
           f"schema at /openapi.json)", file=sys.stderr)
     try:

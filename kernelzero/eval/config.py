@@ -83,6 +83,16 @@ class EvalConfig:
             if getattr(self, name) <= 0:
                 raise ValueError(f"EvalConfig.{name} must be positive")
 
+    # The knobs that change what a verdict says (not how fast it is reached): two judges agree on
+    # a candidate only when these agree (the reward service reports them in /health).
+    JUDGING_FIELDS = ("device", "backend", "policy", "tolerance", "correctness_trials",
+                      "hardening_trials", "timing", "timing_warmup", "timing_min_trials",
+                      "timing_max_trials", "timing_rel_spread", "timing_checked_calls",
+                      "compile_baseline")
+
+    def judging_settings(self) -> dict:
+        return {k: getattr(self, k) for k in self.JUDGING_FIELDS}
+
     def tolerance_for(self, dtype: str) -> tuple[float, float]:
         table = TOLERANCES[self.tolerance]
         return table.get(dtype, table["float32"])

@@ -9,11 +9,13 @@ it says "worker":
    exclusively by this judge for both; outputs come back as bytes and are compared here;
 5. the worker is killed and its directory removed, whatever happened.
 
-Several candidates are judged at once (`max_workers`): their imports and compiles overlap while
-the GPU phases are serialised by `GpuLock`.
+Several candidates are judged at once (`max_workers`): their imports, compiles and correctness
+trials overlap, while each timing has the GPU to itself (`GpuLock`: shared for running, exclusive
+for timing).
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -71,12 +73,20 @@ class Evaluator:
         self._refs: dict[str, ReferenceRun] = {}
         self._ref_locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        self._ref_done = threading.Condition(self._guard)  # a reference computed or released
+        self._pending: collections.Counter = collections.Counter()  # task hash -> candidates left
+        self.reference_phases: dict[str, dict] = {}  # task hash -> where its reference's time went
         self._tmp = Path(self.config.work_dir or _default_work_dir())
         self._tmp.mkdir(parents=True, exist_ok=True)
         self._gpu_name: str | None = _probe_gpu() if self.config.device == "cuda" else None
         self._live: set[SandboxWorker] = set()
+        # Every candidate takes a spare and every new task one more (its reference); on a GPU a
+        # spare takes seconds to start (torch, CUDA context, library handles), so keep enough that
+        # neither ever waits for one. The 2-core CPU case keeps the pool small.
+        n_spares = (2 * self.config.max_workers + 2 if self.config.device == "cuda"
+                    else self.config.max_workers + 1)
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
-                                size=self.config.max_workers + 1 if self.config.prestart else 0)
+                                size=n_spares if self.config.prestart else 0)
         self.aborted = False
 
     # ------------------------------------------------------------------ public API
@@ -106,23 +116,44 @@ class Evaluator:
         return v
 
     def judge_many(self, pairs, on_verdict=None) -> list[Verdict]:
-        """Judge (task, candidate) pairs in parallel; results in the order given."""
+        """Judge (task, candidate) pairs in parallel; results in the order given.
+
+        Pairs are taken task by task; a background thread computes the next tasks' references
+        ahead of the candidates that need them (a few tasks ahead, bounded by the reference
+        cache), and a reference stays cached while any candidate of its task is still pending.
+        """
         pairs = list(pairs)
         results: list[Verdict | None] = [None] * len(pairs)
+        order = sorted(range(len(pairs)), key=lambda i: pairs[i][0].hash)
+        finished: set[int] = set()
+        with self._guard:
+            for t, _ in pairs:
+                self._pending[t.hash] += 1
 
         def work(i):
-            if self.aborted:
-                return None
-            v = self.judge(*pairs[i])
-            if self.aborted:  # killed mid-judgement: not a real verdict
-                return None
-            results[i] = v
-            if on_verdict is not None:
-                on_verdict(i, v)
-            return v
+            try:
+                if self.aborted:
+                    return None
+                v = self.judge(*pairs[i])
+                if self.aborted:  # killed mid-judgement: not a real verdict
+                    return None
+                results[i] = v
+                if on_verdict is not None:
+                    on_verdict(i, v)
+                return v
+            finally:
+                with self._ref_done:
+                    finished.add(i)
+                    self._pending[pairs[i][0].hash] -= 1
+                    self._evict_references()
+                    self._ref_done.notify_all()
 
-        # Tasks in order so their references are computed once and reused.
-        order = sorted(range(len(pairs)), key=lambda i: pairs[i][0].hash)
+        done = threading.Event()
+        # Only tasks that some candidate will actually run against need their reference early.
+        tasks = list({pairs[i][0].hash: pairs[i][0] for i in order if self._static_verdict(
+            pairs[i][0], pairs[i][1], self._backend(pairs[i][1])) is None}.values())
+        prefetch = threading.Thread(target=self._prefetch_references, args=(tasks, done), daemon=True)
+        prefetch.start()
         pool = ThreadPoolExecutor(max_workers=self.config.max_workers)
         try:
             futures = [pool.submit(work, i) for i in order]
@@ -135,8 +166,32 @@ class Evaluator:
         except BaseException:  # a bug in the judge: stop this batch, keep the evaluator usable
             pool.shutdown(wait=True, cancel_futures=True)
             raise
+        finally:
+            done.set()
+            with self._ref_done:
+                for i in set(range(len(pairs))) - finished:  # futures cancelled before they ran
+                    self._pending[pairs[i][0].hash] -= 1
+                self._evict_references()
+                self._ref_done.notify_all()
         pool.shutdown(wait=True)
+        prefetch.join(timeout=1)
         return results  # type: ignore[return-value]
+
+    def _prefetch_references(self, tasks: list[Task], done: threading.Event) -> None:
+        """Compute references in task order while candidates load; stay within the cache."""
+        for task in tasks:
+            with self._ref_done:
+                while not (done.is_set() or self.aborted) and self._busy_references() >= \
+                        self._ref_capacity() - 1:
+                    self._ref_done.wait(timeout=1.0)
+                if self._pending[task.hash] <= 0:  # its candidates are all judged already
+                    continue
+            if done.is_set() or self.aborted:
+                return
+            try:
+                self._reference(task)
+            except Exception:  # noqa: BLE001 - the candidate's own call reports what went wrong
+                pass
 
     def probe_reference(self, task: Task, seeds: list[int], init_seed: int = 0,
                         return_inputs: bool = False, time: bool = False) -> ReferenceProbe:
@@ -183,12 +238,27 @@ class Evaluator:
                 run = ReferenceRun(False, problem)
             else:
                 run = self._run_reference(task)
-            with self._guard:
-                # Reference outputs can be large (and live in GPU memory on cuda): keep a few tasks.
-                if len(self._refs) >= (3 if self.config.device == "cuda" else 8):
-                    self._refs.pop(next(iter(self._refs)))
+            with self._ref_done:
                 self._refs[task.hash] = run
+                self.reference_phases[task.hash] = run.phases_s
+                self._evict_references()
             return run
+
+    def _ref_capacity(self) -> int:
+        # Reference outputs can be large (and live in GPU memory on cuda): keep a few tasks.
+        return self.config.max_workers + 2 if self.config.device == "cuda" else 16
+
+    def _busy_references(self) -> int:
+        """Cached references that candidates still need (caller holds `_guard`)."""
+        return sum(1 for h in self._refs if self._pending[h] > 0)
+
+    def _evict_references(self) -> None:
+        """Drop the oldest references no pending candidate needs (caller holds `_guard`)."""
+        for h in list(self._refs):
+            if len(self._refs) <= self._ref_capacity():
+                return
+            if self._pending[h] <= 0:
+                del self._refs[h]
 
     def _run_reference(self, task: Task) -> ReferenceRun:
         cfg = self.config
@@ -214,8 +284,15 @@ class Evaluator:
         return run
 
     def _judge(self, task: Task, cand: Candidate) -> Verdict:
+        backend = self._backend(cand)
+        return self._static_verdict(task, cand, backend) or self._judge_in_worker(task, cand, backend)
+
+    def _backend(self, cand: Candidate) -> str:
+        return cand.resolved_backend() if self.config.backend == "auto" else self.config.backend
+
+    def _static_verdict(self, task: Task, cand: Candidate, backend: str) -> Verdict | None:
+        """The verdict the text alone earns (no process started), or None when it must be run."""
         cfg = self.config
-        backend = cand.resolved_backend() if cfg.backend == "auto" else cfg.backend
         problem = static_check_candidate(cand.source)
         if problem:
             return Verdict(status=problem[0], reason=problem[1], backend=backend)
@@ -226,7 +303,7 @@ class Evaluator:
         refusal = static_policy_check(cand.source, task.source, cfg.policy)
         if refusal:
             return Verdict(status="rejected", reason=refusal[0], flags=refusal[1], backend=backend)
-        return self._judge_in_worker(task, cand, backend)
+        return None
 
     def _judge_in_worker(self, task: Task, cand: Candidate, backend: str) -> Verdict:
         """Load (import, compile, build) the candidate while the reference is computed elsewhere,
@@ -263,23 +340,28 @@ class Evaluator:
                                    reason=_loading_reason(info), log_tail=w.log_tail())
                 phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
                 t1 = time.perf_counter()
-                with _maybe_lock(cfg):
+                # Building and the correctness trials run alongside other candidates' (shared
+                # lock); the timing below waits for the GPU to itself (exclusive lock).
+                with _maybe_lock(cfg, shared=True):
                     phases["gpu_wait_s"] = time.perf_counter() - t1
                     t2 = time.perf_counter()
                     info = w.request({"op": "build", "init_seed": 0}, cfg.load_timeout_s)
                     if not info.get("ok"):
                         return Verdict(status=_status(info.get("status")), backend=backend,
                                        reason=_loading_reason(info), log_tail=w.log_tail())
+                    phases["build_s"] = time.perf_counter() - t2
                     phase = "run"
-                    v, stats = self._correctness(w, ref, backend)
-                    phases["correctness_s"] = time.perf_counter() - t2
-                    if v is None and cfg.timed:
-                        phase = "time"
-                        t3 = time.perf_counter()
+                    v, stats = self._correctness(w, ref, backend, phases)
+                if v is None and cfg.timed:
+                    phase = "time"
+                    t3 = time.perf_counter()
+                    with _maybe_lock(cfg):
+                        phases["timing_wait_s"] = time.perf_counter() - t3
+                        t4 = time.perf_counter()
                         v = self._timing(w, ref, backend, stats)
-                        phases["timing_s"] = time.perf_counter() - t3
-                    elif v is None:
-                        v = self._correct_verdict(backend, None, ref, stats)
+                        phases["timing_s"] = time.perf_counter() - t4
+                elif v is None:
+                    v = self._correct_verdict(backend, None, ref, stats)
                 v.log_tail = w.log_tail()
                 v.phases_s = {k: round(x, 4) for k, x in phases.items()}
                 return v
@@ -302,12 +384,16 @@ class Evaluator:
             finally:
                 self._live.discard(w)
 
-    def _correctness(self, w: SandboxWorker, ref: ReferenceRun, backend: str):
+    def _correctness(self, w: SandboxWorker, ref: ReferenceRun, backend: str, phases: dict):
         """(failing verdict, None), or (None, (trials, max abs err, max rel err)) when all matched."""
         cfg = self.config
         trials = list(ref.trials)
+        t0 = time.perf_counter()
         reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials], "poison": True,
                            "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
+        phases["run_s"] = time.perf_counter() - t0
+        phases.update(_worker_breakdown(reply))
+        t0 = time.perf_counter()
         if not reply.get("ok"):
             return Verdict(status=_status(reply.get("status")), backend=backend,
                            reason=f"raised during the correctness trials: {reply.get('reason')}"), None
@@ -335,6 +421,7 @@ class Evaluator:
                 v.trials_run = len(trials)
                 return v, None
             worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
+        phases["check_s"] = time.perf_counter() - t0
         return None, (len(trials), worst_abs, worst_rel)
 
     def _check_trial(self, exp, got, label: str, backend: str, passed: int):
@@ -406,6 +493,8 @@ class Evaluator:
         v = self._correct_verdict(backend, timing, ref, stats)
         if unconfirmed:
             v.flags.append("timing_unconfirmed")
+        if reply.get("work_after_stream"):  # its times include that work (see worker.time)
+            v.flags.append("work_after_stream")
         return v
 
     def _correct_verdict(self, backend: str, timing: Timing | None, ref: ReferenceRun,
@@ -453,6 +542,21 @@ def roofline_floor_ms(ref: ReferenceRun, gpu: str | None) -> float | None:
         return None
     bw = next((v for k, v in PEAK_BANDWIDTH.items() if gpu and k in gpu), 10e12)
     return ref.io_bytes / bw * 1e3
+
+
+def _worker_breakdown(reply: dict) -> dict:
+    """Where the worker says its correctness trials spent their time (diagnostics only: the
+    worker's word, never used for a verdict)."""
+    try:
+        trials = reply.get("trials") or []
+        parts = {f"run_{k}_s": sum(float(t.get(f"{k}_ms", 0.0)) for t in trials) / 1e3
+                 for k in ("inputs", "wall", "mutation_check")}
+        if trials:
+            parts["run_first_trial_s"] = sum(float(trials[0].get(f"{k}_ms", 0.0)) for k in
+                                             ("inputs", "wall", "mutation_check")) / 1e3
+        return parts
+    except (TypeError, ValueError, AttributeError):
+        return {}
 
 
 _GERUND = {"load": "loading", "run": "running", "time": "timing"}

@@ -1,44 +1,52 @@
-"""Exclusive use of a GPU while a module runs or is timed.
+"""Who may use a GPU when: shared for running modules, exclusive for timing them.
 
-Held by the judge (never by a worker, so a candidate cannot hold it): a thread lock for workers
-started by this process, plus an `fcntl` lock file per visible device set for evaluators in other
-processes on the same machine (several trainers, Ray tasks). The kernel releases a file lock when
-its holder dies, so a crashed judge never blocks the GPU.
+Correctness trials, model builds and spare workers' CUDA start-up only need the GPU to compute the
+right values, so several may run at once (`GpuLock(shared=True)`). A timing needs a quiet GPU, so
+it takes the lock exclusively (`GpuLock()`): it waits for the shared holders to finish, and new
+shared holders wait for it (writer preference, so a steady stream of correctness phases never
+starves timing).
+
+Held by the judge (never by a worker, so a candidate cannot hold it), as `fcntl` file locks per
+visible device set, which also order evaluators in other processes on the same machine (several
+trainers, Ray actors). Each acquisition opens its own file description, so threads of one process
+exclude each other exactly like processes do. The kernel releases a file lock when its holder
+dies, so a crashed judge never blocks the GPU.
+
+Writer preference across processes uses a second file, the gate: every acquirer passes through it
+(exclusively), but an exclusive acquirer keeps the gate until it holds the main lock, so shared
+acquirers that arrive later queue behind it.
 """
 from __future__ import annotations
 
 import fcntl
 import os
 import tempfile
-import threading
-
-_THREAD_LOCKS: dict[str, threading.Lock] = {}
-_GUARD = threading.Lock()
 
 
 class GpuLock:
-    def __init__(self, name: str | None = None):
+    def __init__(self, shared: bool = False, name: str | None = None):
         devices = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "_") or "none"
         self.name = name or f"kernelzero-gpu-{os.getuid()}-{devices}.lock"
         self.path = os.path.join(tempfile.gettempdir(), self.name)
-        with _GUARD:
-            self._thread_lock = _THREAD_LOCKS.setdefault(self.path, threading.Lock())
+        self.shared = shared
         self._fh = None
 
     def __enter__(self):
-        self._thread_lock.acquire()
+        gate = open(self.path + ".gate", "a+")
         try:
-            self._fh = open(self.path, "a+")
-            fcntl.flock(self._fh, fcntl.LOCK_EX)
-        except BaseException:
-            self._thread_lock.release()
-            raise
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            fh = open(self.path, "a+")
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
+            except BaseException:
+                fh.close()
+                raise
+        finally:
+            gate.close()  # closing releases the gate
+        self._fh = fh
         return self
 
     def __exit__(self, *exc):
-        try:
-            fcntl.flock(self._fh, fcntl.LOCK_UN)
-            self._fh.close()
-        finally:
-            self._fh = None
-            self._thread_lock.release()
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            fh.close()  # closing releases the lock

@@ -86,6 +86,8 @@ class RayPoolConfig:
     max_retries: extra attempts for a candidate whose actor died (or whose evaluator raised
         OSError / MemoryError) before it gets a `worker_lost` runtime_error.
     start_timeout_s: how long a batch may wait with no actor able to start before it fails.
+    max_start_failures: actor starts that may fail in a row (an import error, a bad environment
+        on the nodes) before the queued candidates fail with the last start error.
     rescan_s: how often the cluster is checked for new or lost nodes while judging.
     """
 
@@ -97,6 +99,7 @@ class RayPoolConfig:
     cpus_per_actor: float = 1.0
     max_retries: int = 3
     start_timeout_s: float = 300.0
+    max_start_failures: int = 3
     rescan_s: float = 5.0
 
     def __post_init__(self) -> None:
@@ -207,6 +210,9 @@ class RayPool:
         self._ids = itertools.count()
         self._inflight: dict = {}   # ObjectRef -> (job, actor id)
         self._starting: dict = {}   # ObjectRef of ready() -> actor id
+        self._start_failures = 0    # actor starts failed in a row (reset by one that works)
+        self._start_error = ""
+        self._stalled_since: float | None = None  # queue waiting with no ready actor, since
         self._stats = {"judged": 0, "retried": 0, "worker_lost": 0, "actors_lost": 0}
         self._per_node: collections.Counter = collections.Counter()
         # Where recent candidates ran: {"node_id", "pid", "gpu_ids", "resources", "started",
@@ -301,14 +307,24 @@ class RayPool:
                 actor.busy += 1
 
     def _check_stalled(self) -> None:
+        """Fail the queue when no actor can start: after start_timeout_s without a ready actor,
+        or after max_start_failures failed starts in a row (replacements would fail the same)."""
         if not self._queue or any(a.ready for a in self._actors.values()):
+            self._stalled_since = None
             return
-        oldest = min((a.created for a in self._actors.values()), default=0.0)
-        if time.time() - oldest > self.ray_config.start_timeout_s:
+        now = time.time()
+        if self._stalled_since is None:
+            self._stalled_since = now
+        failed = self._start_failures >= self.ray_config.max_start_failures
+        if failed or now - self._stalled_since > self.ray_config.start_timeout_s:
+            why = (f"{self._start_failures} actor starts failed in a row; the last: "
+                   f"{self._start_error}" if failed else
+                   f"none was ready within {self.ray_config.start_timeout_s:g} s")
             while self._queue:
                 self._queue.popleft().future.set_exception(RuntimeError(
-                    f"no judging actor could start on the Ray cluster within "
-                    f"{self.ray_config.start_timeout_s:g} s"))
+                    f"no judging actor could start on the Ray cluster ({why})"))
+            self._stalled_since = None
+            self._start_failures = 0
 
     def _finish(self, ref) -> None:
         from ray import exceptions as rex
@@ -318,10 +334,15 @@ class RayPool:
                 aid = self._starting.pop(ref)
                 try:
                     where = self._ray.get(ref)
-                except rex.RayError:
+                except rex.RayError as e:
                     self._drop_actor(aid)  # could not start (its node went away): try again
-                    self._scale()
+                    self._start_failures += 1
+                    self._start_error = _first_line(e)
+                    self._check_stalled()
+                    if self._queue:
+                        self._scale()
                     return
+                self._start_failures = 0
                 if aid in self._actors:
                     self._actors[aid].ready, self._actors[aid].where = True, where
                 return
@@ -453,3 +474,9 @@ class RayPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _first_line(e: BaseException) -> str:
+    """The useful line of a Ray error (the cause's last line: its exception type and message)."""
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    return (lines[-1] if lines else type(e).__name__)[:300]

@@ -43,6 +43,7 @@ class ReferenceRun:
     schedule: Schedule | None = None
     io_bytes: int | None = None     # input + output bytes of one call (for the roofline bound)
     time_wall_ms_per_call: float | None = None  # judge-side wall clock of its timed loop, per call
+    phases_s: dict = field(default_factory=dict)  # where the judge's wall time went (diagnostics)
 
 
 def _finite(obj) -> bool:
@@ -91,10 +92,13 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
     trials = list(schedule.correctness) + [Trial(s) for s in
                                            (schedule.timing_seeds[i] for i in schedule.checked)]
     trials += extra_trials or []
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
     try:
         w = take_worker("ref")
     except (WorkerDied, WorkerTimeout) as e:
         return ReferenceRun(False, f"could not start a sandbox worker: {e}")
+    phases["take_s"] = time.perf_counter() - t0
     with w:
         try:
             task_path = os.path.join(w.dir, "reference.py")  # the worker's own copy
@@ -106,7 +110,11 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
             if not info.get("ok"):
                 return ReferenceRun(False, f"the reference failed to load: {info.get('reason')}",
                                     log_tail=w.log_tail())
-            with _maybe_lock(cfg):
+            phases["load_s"] = time.perf_counter() - t0 - phases["take_s"]
+            t1 = time.perf_counter()
+            with _maybe_lock(cfg, shared=True):  # running needs a GPU, not a quiet one
+                phases["gpu_wait_s"] = time.perf_counter() - t1
+                t1 = time.perf_counter()
                 info = w.request({"op": "build", "init_seed": init_seed}, cfg.load_timeout_s)
                 if not info.get("ok"):
                     return ReferenceRun(False, f"the reference failed to build: {info.get('reason')}",
@@ -119,28 +127,34 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                     return ReferenceRun(False, f"the reference failed to run: {reply.get('reason')}",
                                         log_tail=w.log_tail())
                 results = decode_trials(w, reply, want_inputs)
-                run.peak_mem_bytes = reply.get("peak_mem_bytes")
-                if results:
-                    run.io_bytes = int(reply["trials"][0].get("input_bytes", 0)) + \
-                        _nbytes(results[0].outputs)
-                n_corr = len(schedule.correctness)
-                for t, r in zip(trials[:n_corr], results[:n_corr]):
-                    # Hardening inputs only count where the reference itself stays finite.
-                    if t.dist == "task" or _finite(r.outputs):
-                        run.trials[t] = r
-                for idx, r in zip(schedule.checked, results[n_corr:n_corr + len(schedule.checked)]):
-                    run.timed[idx] = r
-                for t, r in zip(trials[n_corr + len(schedule.checked):],
-                                results[n_corr + len(schedule.checked):]):
+                phases["build_run_s"] = time.perf_counter() - t1
+            run.phases_s = phases
+            run.peak_mem_bytes = reply.get("peak_mem_bytes")
+            if results:
+                run.io_bytes = int(reply["trials"][0].get("input_bytes", 0)) + \
+                    _nbytes(results[0].outputs)
+            n_corr = len(schedule.correctness)
+            for t, r in zip(trials[:n_corr], results[:n_corr]):
+                # Hardening inputs only count where the reference itself stays finite.
+                if t.dist == "task" or _finite(r.outputs):
                     run.trials[t] = r
-                if time_it:
+            for idx, r in zip(schedule.checked, results[n_corr:n_corr + len(schedule.checked)]):
+                run.timed[idx] = r
+            for t, r in zip(trials[n_corr + len(schedule.checked):],
+                            results[n_corr + len(schedule.checked):]):
+                run.trials[t] = r
+            if time_it:
+                t1 = time.perf_counter()
+                with _maybe_lock(cfg):  # timing needs the GPU to itself
                     t0 = time.perf_counter()
+                    phases["timing_wait_s"] = t0 - t1
                     run.timing = _timing(time_module(w, cfg, schedule, run.l2_bytes))
                     if run.timing:
                         run.time_wall_ms_per_call = (time.perf_counter() - t0) * 1e3 / run.timing.n
                     if cfg.compile_baseline:
                         run.compile_timing = _timing(time_module(w, cfg, schedule, run.l2_bytes,
                                                                  compile_=True))
+                    phases["timing_s"] = time.perf_counter() - t0
             run.log_tail = w.log_tail()
             return run
         except WorkerTimeout:
@@ -175,5 +189,6 @@ class _NoLock:
         return False
 
 
-def _maybe_lock(cfg: EvalConfig):
-    return GpuLock() if cfg.device == "cuda" else _NoLock()
+def _maybe_lock(cfg: EvalConfig, shared: bool = False):
+    """The GPU lock on cuda (shared: running modules; exclusive: timing); nothing on the CPU."""
+    return GpuLock(shared=shared) if cfg.device == "cuda" else _NoLock()

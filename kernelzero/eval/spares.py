@@ -42,7 +42,9 @@ class SparePool:
             w.start()
             if self.device == "cuda":
                 from kernelzero.eval.gpu_lock import GpuLock
-                with GpuLock():  # creating a CUDA context would disturb a timing in progress
+                # Creating a CUDA context and library handles would disturb a timing in progress;
+                # it does not disturb other modules' correctness trials (shared).
+                with GpuLock(shared=True):
                     w.request({"op": "warm", "device": self.device}, 120)
             else:
                 w.request({"op": "warm", "device": self.device}, 120)

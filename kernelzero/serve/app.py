@@ -261,9 +261,12 @@ def create_app(pool, config: ServeConfig | None = None, pool_kind: str | None = 
         """Queue depth, candidates in flight, dispatcher and pool state."""
         workers = await asyncio.to_thread(_pool_state, pool)
         broken = bool(workers.get("aborted") or workers.get("broken")) or "error" in workers
+        cfg = getattr(pool, "config", None)
         return {"status": "broken" if broken else "ok", "pool": kind, "auth": bool(config.token),
                 "uptime_s": round(time.time() - started, 3), **dispatcher.state(),
                 "workers": workers,
+                # What its verdicts mean: a trainer checks these against its own settings.
+                "judging": cfg.judging_settings() if hasattr(cfg, "judging_settings") else None,
                 "limits": {"max_batch": config.max_batch, "max_body_bytes": config.max_body_bytes}}
 
     return app

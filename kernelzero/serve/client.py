@@ -110,6 +110,15 @@ class RewardClient:
         r = self._request("GET", "/health")
         return r.json()
 
+    def check(self, attempts: int = 2, timeout: float = 10.0) -> dict:
+        """Fail fast when the service cannot be used: GET /health, then an empty batch (which the
+        server answers only with the right token). Each is tried `attempts` times with `timeout`
+        seconds each, not `max_retries` times: a wrong URL at start-up should fail in seconds.
+        Returns the health document; raises RewardServiceError."""
+        h = self._request("GET", "/health", retries=attempts - 1, timeout=timeout).json()
+        self._request("POST", "/v1/judge", json=[], retries=attempts - 1, timeout=timeout)
+        return h
+
     # -- HTTP --------------------------------------------------------------------------------
     @staticmethod
     def _item(task, cand) -> dict:
@@ -125,8 +134,9 @@ class RewardClient:
                                      f"{len(body)} pairs")
         return [Verdict.from_dict(d) for d in data]
 
-    def _request(self, method: str, path: str, **kw):
+    def _request(self, method: str, path: str, retries: int | None = None, **kw):
         httpx = self._httpx
+        retries = self.max_retries if retries is None else retries
         attempt = 0
         while True:
             try:
@@ -140,7 +150,7 @@ class RewardClient:
                 status = r.status_code
             except (httpx.TransportError,) as e:
                 problem, retry_after, status = f"{type(e).__name__}: {e}", None, None
-            if attempt >= self.max_retries:
+            if attempt >= retries:
                 raise RewardServiceError(f"{method} {self.url}{path} failed after "
                                          f"{attempt + 1} attempts; last: {problem}", status=status)
             wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)

@@ -22,7 +22,7 @@ import time
 from typing import Callable
 
 import torch
-from accelerate.utils import gather
+from accelerate.utils import gather, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from kernelzero.tasks import Candidate, Task
@@ -102,8 +102,10 @@ class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, GRPOTrainer):
     """GRPOTrainer whose rewards are CA-GRPO's, with the group gate applied after the gather.
 
     `reward` is the per-process RawRewardSource; `ca` holds alpha, beta and the group size.
-    After each generation batch `reward_history[-1]` holds the gathered c, S, r and components
-    (identical on every process), and the components are logged as `ca_grpo/*` metrics.
+    After each generation batch `reward_history[-1]` holds the gathered c, S, r, the dataset's
+    `task_id` of each completion (`task_ids`, aligned with c; None without that column) and the
+    components (identical on every process); the components are logged as `ca_grpo/*` metrics.
+    The loop reads each pool task's latest pass rate from `correct` and `task_ids`.
     """
 
     def __init__(self, *, reward: RawRewardSource, ca: CAGRPOConfig, **kwargs):
@@ -119,6 +121,8 @@ class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, GRPOTrainer):
         speed = gather(torch.tensor(self.reward_source.last_speed, dtype=torch.float32, device=device))
         latency = gather(torch.tensor([self.reward_source.last_latency_s], dtype=torch.float32, device=device))
         group = self.num_generations if self.model.training else self.num_generations_eval
+        # Gathered like the rewards (rank by rank), so task_ids[i] is the task of correct[i].
+        task_ids = gather_object([x.get("task_id") for x in inputs])
         c = [0.0 if math.isnan(x) else x for x in correct[:, 0].tolist()]
         rewards, comps = ca_grpo_rewards(c, speed.tolist(), group, self.ca.alpha, self.ca.beta)
         mode = "train" if self.model.training else "eval"
@@ -129,7 +133,7 @@ class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, GRPOTrainer):
             comps.mean_speed_score if comps.mean_speed_score is not None else float("nan"))
         metrics["ca_grpo/eval_latency_s"].append(float(latency.max()))
         self.reward_history.append({"step": self.state.global_step, "correct": c, "speed": speed.tolist(),
-                                    "rewards": rewards, "components": comps.to_dict(),
+                                    "rewards": rewards, "task_ids": list(task_ids), "components": comps.to_dict(),
                                     "eval_latency_s": float(latency.max())})
         return torch.tensor(rewards, dtype=torch.float32, device=device).unsqueeze(1)
 

@@ -3,7 +3,8 @@ documented once here, validated whole when built, loaded from YAML.
 
 Covers the dataclasses and the YAML presets under `kernelzero/train/presets/` (`tiny-cpu`,
 `single-h200`). Does not cover the evaluator's own knobs (`kernelzero.eval.EvalConfig`; the `eval`
-section of a YAML file is passed to it verbatim) nor how a multi-GPU job is launched (that is
+section of a YAML file is passed to it verbatim), how a judging pool is built from the `reward`
+section (kernelzero/train/judging.py), nor how a multi-GPU job is launched (that is
 `accelerate launch --config_file kernelzero/train/accelerate/*.yaml`, see docs/training.md).
 
 Defaults are the paper's where it states them (alpha = 0.5, beta = 0.1, rounds R = 4, N_P = N_C
@@ -148,6 +149,54 @@ class HeldOutConfig:
 
 
 @dataclass
+class RewardConfig:
+    """Where the loop's candidates are judged: the Coder's rollouts, the Proposer phase's attempts
+    and the held-out evaluation. Three ways, one interface (`judge_many`), the same verdicts under
+    the same evaluator settings.
+
+    pool: `local` (an Evaluator in this process, sandboxed workers on this machine) or `ray`
+        (kernelzero.eval.ray_pool.RayPool: one judge per GPU on every node of a Ray cluster).
+    ray_address: the Ray cluster to join with pool=ray: None starts a private one on this machine
+        (or joins $RAY_ADDRESS), `auto` joins the one `ray start` began here, `HOST:PORT` that head.
+        With several training processes each opens its own pool; prefer `url` then.
+    url: base URL of a reward service (`kernelzero serve`, e.g. http://10.0.0.5:8000). When set,
+        candidates are judged there over HTTP (kernelzero.serve.client.RewardClient) under the
+        server's own evaluator settings, and pool / ray_address must stay unset (the server's
+        `--pool` decides). Checked at start: an unreachable service stops the run at once.
+    token: bearer token for the service; None reads $KERNELZERO_REWARD_TOKEN. Prefer the
+        variable (a secret in a config file travels with the file); the run directory's copy
+        of the config leaves it out either way.
+
+    Whatever judges the candidates, the Proposer's validation check (probing reference modules)
+    runs in a local evaluator under the `eval` section.
+    """
+
+    pool: str = "local"
+    ray_address: str | None = None
+    url: str | None = None
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        from kernelzero.eval.pools import POOL_KINDS
+
+        if self.pool not in POOL_KINDS:
+            raise ValueError(f"reward.pool={self.pool!r}: choose one of {', '.join(POOL_KINDS)}")
+        if self.ray_address is not None and self.pool != "ray":
+            raise ValueError("reward.ray_address needs reward.pool: ray")
+        if self.url is not None:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"reward.url={self.url!r}: must start with http:// or https://")
+            if self.pool != "local" or self.ray_address is not None:
+                raise ValueError("reward.url judges on the reward service, whose own --pool decides "
+                                 "where; leave reward.pool and reward.ray_address unset with it")
+
+    @property
+    def where(self) -> str:
+        """`service`, `ray` or `local`: what judges the candidates."""
+        return "service" if self.url else self.pool
+
+
+@dataclass
 class TrainConfig:
     """The alternating loop.
 
@@ -168,6 +217,8 @@ class TrainConfig:
         per module, the held-out evaluation): `hf` (transformers) or `vllm` (offline engine).
     torch_threads: intra-op threads of the training process (None: torch's default). Tiny models
         run several times faster on 1 thread than on 2 contended ones.
+    reward: where candidates are judged (RewardConfig: the local pool, a Ray cluster, or a reward
+        service at a URL).
     eval: keyword arguments of kernelzero.eval.EvalConfig.
     """
 
@@ -190,6 +241,7 @@ class TrainConfig:
     coder: CAGRPOConfig = field(default_factory=CAGRPOConfig)
     proposer: ProposerConfig = field(default_factory=ProposerConfig)
     heldout: HeldOutConfig = field(default_factory=HeldOutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
     eval: dict[str, Any] = field(default_factory=lambda: {"device": "cpu", "tolerance": "paper"})
 
     def __post_init__(self) -> None:
@@ -199,6 +251,8 @@ class TrainConfig:
             self.proposer = ProposerConfig(**self.proposer)
         if isinstance(self.heldout, dict):
             self.heldout = HeldOutConfig(**self.heldout)
+        if isinstance(self.reward, dict):
+            self.reward = RewardConfig(**self.reward)
         self.tiny_size = tuple(int(x) for x in self.tiny_size)
         if len(self.tiny_size) != 2 or self.tiny_size[0] % 32 or self.tiny_size[1] < 1:
             raise ValueError(f"tiny_size={self.tiny_size}: want [hidden size (multiple of 32), layers]")
@@ -223,7 +277,11 @@ class TrainConfig:
         return EvalConfig(**self.eval)
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """The config as plain data, without the reward token: this is what the run directory's
+        config.yaml holds, and a secret should not sit in a file that gets copied around."""
+        d = dataclasses.asdict(self)
+        d["reward"]["token"] = None
+        return d
 
 
 def _check_common(cfg, section: str) -> None:
@@ -255,13 +313,19 @@ def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        # A section override (`--reward-url` sets reward.url) keeps the file's other keys there.
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
     return from_dict(data)
 
 
 def from_dict(data: dict) -> TrainConfig:
     """Build a TrainConfig, naming unknown keys (a typo should not silently fall back to a default)."""
-    sections = {"coder": CAGRPOConfig, "proposer": ProposerConfig, "heldout": HeldOutConfig}
+    sections = {"coder": CAGRPOConfig, "proposer": ProposerConfig, "heldout": HeldOutConfig,
+                "reward": RewardConfig}
     top = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = [k for k in data if k not in top]
     for name, cls in sections.items():

@@ -1,13 +1,16 @@
-"""Judging for training: the evaluator behind a verdict cache keyed by (task hash, candidate hash).
+"""Judging for training: a judging pool behind a verdict cache keyed by (task hash, candidate hash).
 
-Covers: de-duplicating a batch, skipping pairs already judged (in this run or a killed earlier
-attempt of it), sending the rest to `Evaluator.judge_many` in parallel, appending every new
-verdict to a JSONL file at once (so a kill loses nothing already judged and a resume judges
-nothing twice), and the latency of each batch.
+Covers: opening the pool the config's `reward` section names (`open_pool`: the local Evaluator,
+a Ray pool, or the reward service's HTTP client, all with `judge_many`), de-duplicating a batch,
+skipping pairs already judged (in this run or a killed earlier attempt of it), sending the rest
+to the pool's `judge_many` in parallel, appending every new verdict to a JSONL file at once (so a
+kill loses nothing already judged and a resume judges nothing twice), and the latency of each
+batch.
 
-Does not cover: how a verdict is reached (kernelzero.eval) or what reward it earns (rewards.py).
+Does not cover: how a verdict is reached (kernelzero.eval), how it travels over HTTP
+(kernelzero.serve.client) or what reward it earns (rewards.py).
 One cache file per process: with several processes each rank writes its own
-`verdicts.rank{R}.jsonl`, and readers merge them (`load_verdicts`).
+`verdicts.rank{R}.jsonl`, and readers merge them (`load_verdict_records`).
 """
 from __future__ import annotations
 
@@ -111,11 +114,81 @@ class BatchStats:
     latency_s: float = 0.0
 
 
+class PoolUnavailable(RuntimeError):
+    """The judging pool the config names cannot be opened (no service at reward.url, Ray missing
+    or unreachable): a problem with the run's settings, found before any training starts."""
+
+
+# Start-up check of a reward service: a wrong URL should fail in seconds, not after the client's
+# minutes of backoff (those retries are for a service that was up and is briefly overloaded).
+SERVICE_CHECK_ATTEMPTS = 2
+SERVICE_CHECK_TIMEOUT_S = 10.0
+
+
+def open_pool(reward, eval_config):
+    """The pool `reward` (a config.RewardConfig) names, opened; close it (or use `with`) when done.
+
+    url set: a `RewardClient` on the service, checked first (health, and the token with an empty
+    batch). Else `make_pool(reward.pool, eval_config, ray_address=...)`: an Evaluator or a RayPool.
+    Ray and the HTTP client are imported only when asked for. Raises PoolUnavailable.
+    """
+    if reward.url:
+        return _service_client(reward, eval_config)
+    from kernelzero.eval.pools import make_pool
+
+    try:
+        return make_pool(reward.pool, eval_config, ray_address=reward.ray_address)
+    except ImportError as e:
+        raise PoolUnavailable(str(e)) from e
+    except (ConnectionError, RuntimeError) as e:  # ray.init found no cluster, or no GPU to claim
+        if reward.pool != "ray":
+            raise
+        where = reward.ray_address or "a private local cluster"
+        raise PoolUnavailable(f"the Ray pool ({where}) could not start: {_one_line(e)}") from e
+
+
+def _service_client(reward, eval_config):
+    try:
+        from kernelzero.serve.client import RewardClient, RewardServiceError
+
+        client = RewardClient(reward.url, token=reward.token)
+    except (ImportError, ValueError) as e:
+        raise PoolUnavailable(str(e)) from e
+    try:
+        health = client.check(attempts=SERVICE_CHECK_ATTEMPTS, timeout=SERVICE_CHECK_TIMEOUT_S)
+    except RewardServiceError as e:
+        client.close()
+        raise PoolUnavailable(f"reward service at {client.url} is not usable: {_one_line(e)}") from e
+    differ = settings_mismatch(health.get("judging"), eval_config.judging_settings())
+    if differ:
+        client.close()
+        raise PoolUnavailable(
+            f"reward service at {client.url} judges with other settings than this run's `eval` "
+            f"section ({differ}): its rewards would not mean what this run configured; start it "
+            "with `kernelzero serve --eval-config CONFIG.yaml` (this run's config)")
+    return client
+
+
+def settings_mismatch(service: dict | None, wanted: dict) -> str:
+    """'' when the service judges as `wanted` says; else the differing fields, readable."""
+    if not isinstance(service, dict):
+        return "the service does not report its judging settings"
+    diffs = [f"{k}: service {service.get(k)!r}, run {v!r}" for k, v in wanted.items()
+             if service.get(k) != v]
+    return "; ".join(diffs)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
 @dataclass
 class Judge:
-    """The evaluator plus the cache. `evaluator` is a kernelzero.eval.Evaluator (already entered)."""
+    """A judging pool plus the cache. `pool` has `judge_many(pairs) -> [Verdict]` (an Evaluator,
+    a RayPool or a RewardClient; see `open_pool`), already open."""
 
-    evaluator: object
+    pool: object
     cache: VerdictCache = field(default_factory=VerdictCache)
     on_verdict: Callable[[Task, Candidate, Verdict], None] | None = None
     last: BatchStats = field(default_factory=BatchStats)
@@ -134,7 +207,7 @@ class Judge:
             else:
                 todo[key] = (t, c)
         if todo:
-            verdicts = self.evaluator.judge_many(list(todo.values()))
+            verdicts = self.pool.judge_many(list(todo.values()))
             ctx = dict(context or {})
             self.cache.put_many([(k, {**ctx, "task": t.key}, v)
                                  for (k, (t, _)), v in zip(todo.items(), verdicts)])

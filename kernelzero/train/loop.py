@@ -6,7 +6,8 @@ Layout of a run directory (runs/NAME):
     state.json           RunState: complete phases, latest weights and optimizer states, offsets
     steps.jsonl          one line per optimizer step (both phases); TensorBoard under tb/
     verdicts.jsonl       every verdict ever reached (append-only; the cache resumes from it)
-    pool.db              the task pool (kernelzero.propose.pool: every valid module, its p by round)
+    pool.db              the task pool (kernelzero.propose.pool: every valid module, its p by
+                         round and phase)
     ckpt/r{R}-{phase}/   model/ (save_pretrained), optimizer.pt, rng.pt, phase.json
     reports/round_{R}.json|md, reports/rounds.png, reports/round_{R}/ (held-out report)
 
@@ -17,13 +18,25 @@ are never rolled back: the re-run phase finds the ones it already reached in the
 phase's TRL seed is derived from the run seed, round and phase, so it samples the same
 completions) and judges only what it had not. The pool is not rolled back either: adding a
 module and recording its round's p are idempotent, and a module validated and measured by the
-killed attempt is a real result.
+killed attempt is a real result. A resume may judge elsewhere than the first attempt did (the
+`reward` section may change; nothing else but `rounds` may).
+
+The pool's p. The Proposer phase measures each new module with G attempts of the Coder; the
+Coder phase then samples the pool's in-band modules while training, and the p of its latest
+group for each of them is recorded too (phase `coder`). So the p that picks the next round's
+Coder tasks is that of the latest Coder: a module it has learnt to solve every time (or can no
+longer solve) leaves the band and the next Coder phase's training set.
+
+Judging: one pool (`reward` section: local, Ray or a reward service; judging.open_pool) judges
+every candidate; the Proposer's validation check probes reference modules in a local Evaluator,
+which is also the pool when `reward` says local.
 
 Does not cover: the reward formulas (rewards.py), the TRL adapters (ca_grpo.py,
 proposer_grpo.py) or launching on several processes (docs/training.md).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -33,7 +46,7 @@ import yaml
 
 from kernelzero.train.checkpoint import PHASES, RunState, restore_rng, save_rng
 from kernelzero.train.config import TrainConfig
-from kernelzero.train.judging import Judge, VerdictCache
+from kernelzero.train.judging import Judge, VerdictCache, open_pool
 from kernelzero.train.steplog import StepLogger, read_steps
 
 EXAMPLE_TASKS = Path(__file__).resolve().parent.parent / "examples" / "tasks"
@@ -127,12 +140,18 @@ class Loop:
         if self.cfg.torch_threads:
             import torch
             torch.set_num_threads(self.cfg.torch_threads)
-        self._models()
-        if self.rank == 0:
-            from torch.utils.tensorboard import SummaryWriter
-            self.tb = SummaryWriter(str(self.out / "tb"))
-        with Evaluator(self.cfg.eval_config()) as ev:
-            self.judge = Judge(ev, self.cache)
+        with contextlib.ExitStack() as stack:
+            # The judging pool first: a service that cannot be reached stops the run before any
+            # model is built (judging.PoolUnavailable).
+            local = self.cfg.reward.where == "local"
+            pool = None if local else stack.enter_context(
+                open_pool(self.cfg.reward, self.cfg.eval_config()))
+            self.evaluator = stack.enter_context(Evaluator(self.cfg.eval_config()))
+            self.judge = Judge(self.evaluator if local else pool, self.cache)
+            self._models()
+            if self.rank == 0:
+                from torch.utils.tensorboard import SummaryWriter
+                self.tb = SummaryWriter(str(self.out / "tb"))
             for r in range(self.cfg.rounds):
                 for phase in PHASES:
                     if not self.state.is_done(r, phase):
@@ -143,6 +162,7 @@ class Loop:
             self.tb.close()
         summary = {"out": str(self.out), "steps": self.state.steps, "phases": list(self.state.done),
                    "verdicts": len(self.cache), "pool": len(self.pool), "resumed": self.resumed,
+                   "judging": self.cfg.reward.where,
                    "wall_s": time.perf_counter() - t0}
         return summary
 
@@ -155,7 +175,7 @@ class Loop:
         seed = phase_seed(self.cfg, r, phase)
         self.log(f"round {r}: {phase} phase ({getattr(self.cfg, phase + '_steps')} steps)")
         if phase == "coder":
-            trainer, info = self._coder_phase(ckpt, seed, logger, context)
+            trainer, info = self._coder_phase(r, ckpt, seed, logger, context)
         else:
             trainer, info = self._proposer_phase(r, ckpt, seed, logger, context)
         steps = trainer.state.global_step if trainer is not None else 0
@@ -179,7 +199,7 @@ class Loop:
             self.state.steplog_bytes = self.steplog.stat().st_size if self.steplog.exists() else 0
             self.state.save(self.out / "state.json")
 
-    def _coder_phase(self, ckpt: Path, seed: int, logger: StepLogger, context: dict):
+    def _coder_phase(self, r: int, ckpt: Path, seed: int, logger: StepLogger, context: dict):
         from kernelzero.train.ca_grpo import run_coder_phase
 
         pool_tasks = [e.task() for e in self.pool.in_band(*self.cfg.proposer.band)]
@@ -192,6 +212,13 @@ class Loop:
         comps = [h["components"] for h in trainer.reward_history]
         info["gate_open_rate"] = _mean([c["gate_open_rate"] for c in comps])
         info["correct_rate"] = _mean([c["correct_rate"] for c in comps])
+        # Every rank holds the same gathered history, so every rank records the same rows
+        # (idempotent per task, round and phase), as the Proposer phase's ranks each add theirs.
+        measured = latest_group_flags(trainer.reward_history, {t.hash for t in pool_tasks})
+        for h, flags in measured.items():
+            self.pool.record(h, r, flags, phase="coder")
+        info["pool_measured"] = len(measured)
+        info["pool_in_band_after"] = len(self.pool.in_band(*self.cfg.proposer.band))
         return trainer, info
 
     def _proposer_phase(self, r: int, ckpt: Path, seed: int, logger: StepLogger, context: dict):
@@ -202,7 +229,7 @@ class Loop:
         factory = self.tools_factory
         if factory is None:
             from kernelzero.train.proposer_tools import default_tools as factory
-        tools, closer = factory(self.cfg, self.judge.evaluator, self.state.coder_model)
+        tools, closer = factory(self.cfg, self.evaluator, self.state.coder_model)
         try:
             rows = proposer_rows(self.cfg, tools, sample_api_set, weakness_summary(
                 [e for e in self.pool.entries() if e.rates and e.rates[0]["round"] < r]), seed)
@@ -240,13 +267,36 @@ class Loop:
         self.state.save(self.out / "state.json")
 
 
+def latest_group_flags(history: list[dict], task_hashes: set[str]) -> dict[str, list[bool]]:
+    """Correctness flags of the latest step's samples of each task in `task_hashes`, from a
+    CAGRPOTrainer's gathered `reward_history` (entries with `task_ids` aligned with `correct`).
+
+    The latest step, not the whole phase: the Coder improves during the phase, and p should say
+    what the Coder at its end can do.
+    """
+    out: dict[str, list[bool]] = {}
+    for h in reversed(history):
+        step: dict[str, list[bool]] = {}
+        for t, c in zip(h.get("task_ids") or [], h["correct"]):
+            if t in task_hashes and t not in out:
+                step.setdefault(t, []).append(c >= 0.5)
+        out.update(step)
+    return out
+
+
+# Config sections a resume may change: `rounds` (a longer run) and `reward` (where candidates are
+# judged: a service moves, a cluster grows; verdicts already in the cache are kept either way).
+RESUME_MAY_CHANGE = ("rounds", "reward")
+
+
 def _check_same_config(path: Path, cfg: TrainConfig) -> None:
-    """A resumed run must use the config it started with (more rounds are allowed)."""
+    """A resumed run must use the config it started with (except RESUME_MAY_CHANGE)."""
     if not path.exists():
         return
     old = yaml.safe_load(path.read_text()) or {}
     new = yaml.safe_load(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    diff = sorted(k for k in set(old) | set(new) if k != "rounds" and old.get(k) != new.get(k))
+    diff = sorted(k for k in set(old) | set(new)
+                  if k not in RESUME_MAY_CHANGE and old.get(k) != new.get(k))
     if diff:
         raise RunExists(f"{path.parent} was started with another config (differs in: "
                         f"{', '.join(diff)}); resume it with the same config")

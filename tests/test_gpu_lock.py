@@ -1,0 +1,98 @@
+"""GpuLock: shared for running modules, exclusive for timing, writers first, across processes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+from kernelzero.eval.gpu_lock import GpuLock
+
+
+def _name() -> str:
+    return f"kz-test-{uuid.uuid4().hex}.lock"
+
+
+def _holder(name: str, shared: bool, events: list, label: str, hold_s: float,
+            started: threading.Event | None = None):
+    def run():
+        if started is not None:
+            started.set()
+        with GpuLock(shared=shared, name=name):
+            events.append(("in", label, time.monotonic()))
+            time.sleep(hold_s)
+            events.append(("out", label, time.monotonic()))
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def _interval(events, label):
+    t_in = next(t for kind, lab, t in events if kind == "in" and lab == label)
+    t_out = next(t for kind, lab, t in events if kind == "out" and lab == label)
+    return t_in, t_out
+
+
+def test_shared_holders_overlap():
+    name, events = _name(), []
+    a = _holder(name, True, events, "a", 0.4)
+    b = _holder(name, True, events, "b", 0.4)
+    a.join(), b.join()
+    (a_in, a_out), (b_in, b_out) = _interval(events, "a"), _interval(events, "b")
+    assert a_in < b_out and b_in < a_out, "two shared holders must run at the same time"
+
+
+def test_exclusive_excludes_shared_and_waits_for_them():
+    name, events = _name(), []
+    r = _holder(name, True, events, "reader", 0.4)
+    time.sleep(0.1)
+    w = _holder(name, False, events, "writer", 0.2)
+    r.join(), w.join()
+    r_in, r_out = _interval(events, "reader")
+    w_in, w_out = _interval(events, "writer")
+    assert w_in >= r_out, "the exclusive holder must wait for the shared one to leave"
+
+
+def test_writer_preference_late_reader_waits_for_waiting_writer():
+    name, events = _name(), []
+    first = _holder(name, True, events, "first", 0.5)
+    time.sleep(0.1)
+    writer = _holder(name, False, events, "writer", 0.3)
+    time.sleep(0.1)  # the writer is now queued behind `first`
+    late = _holder(name, True, events, "late", 0.05)
+    for t in (first, writer, late):
+        t.join()
+    w_in, w_out = _interval(events, "writer")
+    late_in, _ = _interval(events, "late")
+    assert late_in >= w_out, "a shared acquirer arriving after a waiting writer must queue behind it"
+
+
+def test_exclusive_held_by_another_process_blocks_shared():
+    name = _name()
+    code = ("import sys, time; from kernelzero.eval.gpu_lock import GpuLock\n"
+            f"with GpuLock(name={name!r}):\n"
+            "    print('held', flush=True); time.sleep(1.0)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        with GpuLock(shared=True, name=name):
+            waited = time.monotonic() - t0
+        assert waited > 0.5, f"acquired after {waited:.2f} s while another process held it"
+    finally:
+        p.wait(timeout=30)
+
+
+def test_lock_released_when_holder_dies():
+    name = _name()
+    code = ("import os, time; from kernelzero.eval.gpu_lock import GpuLock\n"
+            f"l = GpuLock(name={name!r}); l.__enter__(); print('held', flush=True); time.sleep(60)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    p.kill()
+    p.wait(timeout=30)
+    t0 = time.monotonic()
+    with GpuLock(name=name):
+        pass
+    assert time.monotonic() - t0 < 5
