@@ -93,8 +93,9 @@ def gpu_seconds(v, cfg) -> float:
     return calls * v.runtime_ms.median_ms / 1e3
 
 
-def throughput(workers: int, quick: bool, transfer: str = "auto") -> dict:
+def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto") -> dict:
     cfg = EvalConfig(device="cuda", policy="none", correctness_trials=5, transfer=transfer,
+                     start_method=start_method,
                      hardening_trials=False, timing_warmup=3, timing_min_trials=100,
                      timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3,
                      max_workers=workers)
@@ -168,10 +169,12 @@ def main() -> None:
     ap.add_argument("--repeat-workers", type=int, default=2,
                     help="max_workers of the repeatability evaluators (one candidate each)")
     ap.add_argument("--transfer", default="auto", choices=["auto", "ipc", "host"])
+    ap.add_argument("--start-method", default="auto", choices=["auto", "spawn", "fork"],
+                    help="how worker processes start (EvalConfig.start_method)")
     args = ap.parse_args()
     res = {}
     if not args.repeat_only:
-        res["throughput"] = throughput(args.workers, args.quick, args.transfer)
+        res["throughput"] = throughput(args.workers, args.quick, args.transfer, args.start_method)
         report_throughput(res["throughput"])
     if not args.skip_repeat:
         res["repeatability"] = repeatability(args.repeat_workers)

@@ -55,6 +55,10 @@ if [ "$part" = eval ]; then
   wait
   step 03_throughput 120 env CUDA_VISIBLE_DEVICES=0 python3 bench/eval_throughput.py --skip-repeat \
     --out "$R/files/eval_throughput.json"
+  step 04_worker_start 120 env CUDA_VISIBLE_DEVICES=0 python3 bench/worker_start.py --device cuda \
+    --out "$R/files/worker_start.json"
+  step 05_throughput_fork 120 env CUDA_VISIBLE_DEVICES=0 python3 bench/eval_throughput.py \
+    --skip-repeat --start-method fork --out "$R/files/eval_throughput_fork.json"
 fi
 
 if [ "$part" = scale ]; then

@@ -40,6 +40,9 @@ class EvalConfig:
         so start-up is off the critical path; each process still judges exactly one module.
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
+    start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
+        from a fork server that imported torch once; see kernelzero/eval/forkserver.py), or
+        `auto`: fork on the CPU, spawn on cuda (fork is not yet measured on a GPU).
     seed: the secret seed of the input schedule; None draws one from os.urandom per evaluator.
     """
 
@@ -62,6 +65,7 @@ class EvalConfig:
     max_workers: int = 4
     prestart: bool = True
     seed: int | None = None
+    start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
     work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)
     extra_flags: list[str] = field(default_factory=list)
@@ -69,7 +73,8 @@ class EvalConfig:
     def __post_init__(self) -> None:
         choices = {"device": ("cpu", "cuda"), "backend": ("auto", "triton", "cuda"),
                    "policy": ("strict", "kernelbench", "none"), "tolerance": tuple(TOLERANCES),
-                   "transfer": ("auto", "ipc", "host")}
+                   "transfer": ("auto", "ipc", "host"),
+                   "start_method": ("auto", "spawn", "fork")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"EvalConfig.{name}={getattr(self, name)!r}: choose one of {allowed}")
@@ -102,6 +107,12 @@ class EvalConfig:
         if self.device != "cuda":
             return "host"
         return "ipc" if self.transfer == "auto" else self.transfer
+
+    @property
+    def worker_start(self) -> str:
+        if self.start_method != "auto":
+            return self.start_method
+        return "fork" if self.device == "cpu" else "spawn"
 
     @property
     def timed(self) -> bool:

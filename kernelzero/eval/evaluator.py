@@ -86,7 +86,8 @@ class Evaluator:
         n_spares = (2 * self.config.max_workers + 2 if self.config.device == "cuda"
                     else self.config.max_workers + 1)
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
-                                size=n_spares if self.config.prestart else 0)
+                                size=n_spares if self.config.prestart else 0,
+                                start_method=self.config.worker_start)
         self.aborted = False
 
     # ------------------------------------------------------------------ public API

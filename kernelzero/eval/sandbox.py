@@ -119,28 +119,39 @@ class SandboxWorker:
     """One untrusted process. Use as a context manager; `request()` sends one command."""
 
     def __init__(self, device: str, limits: SandboxLimits, work_root: str | None = None,
-                 build_dir: str | None = None, name: str = "worker"):
+                 build_dir: str | None = None, name: str = "worker", start_method: str = "spawn"):
+        """start_method: `spawn` starts `python -I` afresh; `fork` forks it from a process that
+        has imported torch already (kernelzero.eval.forkserver; falls back to spawn)."""
         self.device, self.limits, self.name = device, limits, name
+        self.start_method = start_method
         self.dir = tempfile.mkdtemp(prefix=f"kz-{name}-", dir=work_root or _shm_root())
         self.build_dir = build_dir or os.path.join(self.dir, "build")
         self.proc: subprocess.Popen | None = None
         self._buf = b""
 
     # ------------------------------------------------------------------ lifecycle
-    def _env(self) -> dict:
+    def _base_env(self) -> dict:
+        """The scrubbed environment every worker of this device shares."""
         env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-        env.update(HOME=self.dir, TMPDIR=self.dir, PYTHONDONTWRITEBYTECODE="1",
-                   TORCH_EXTENSIONS_DIR=os.path.join(self.build_dir, "torch_extensions"),
-                   TRITON_CACHE_DIR=os.path.join(self.build_dir, "triton"),
-                   OMP_NUM_THREADS=str(self.limits.threads), MKL_NUM_THREADS=str(self.limits.threads),
-                   KZ_RLIMITS=json.dumps(self.limits.rlimits()))
+        env.update(PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS=str(self.limits.threads),
+                   MKL_NUM_THREADS=str(self.limits.threads))
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
+    def _env(self) -> dict:
+        env = self._base_env()
+        env.update(HOME=self.dir, TMPDIR=self.dir,
+                   TORCH_EXTENSIONS_DIR=os.path.join(self.build_dir, "torch_extensions"),
+                   TRITON_CACHE_DIR=os.path.join(self.build_dir, "triton"),
+                   KZ_RLIMITS=json.dumps(self.limits.rlimits()))
+        return env
+
     def start(self, timeout_s: float = 120.0) -> None:
+        if self.start_method == "fork" and self._start_forked(timeout_s):
+            return
         log = open(os.path.join(self.dir, "boot.log"), "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", BOOT, PACKAGE_ROOT], stdin=subprocess.PIPE,
@@ -151,6 +162,21 @@ class SandboxWorker:
         hello = self._read(time.monotonic() + timeout_s)
         if not hello.get("ready"):
             raise WorkerDied("worker did not start")
+
+    def _start_forked(self, timeout_s: float) -> bool:
+        """Fork the worker from the fork server; False (nothing started) when that fails."""
+        from kernelzero.eval.forkserver import ForkServerError, fork_server
+        try:
+            server = fork_server(self._base_env(), PACKAGE_ROOT)
+            self.proc = server.spawn(self.dir, self._env(), os.path.join(self.dir, "boot.log"),
+                                     self.limits.no_network, self.limits.threads)
+        except (ForkServerError, OSError):
+            self.proc = None
+            return False
+        hello = self._read(time.monotonic() + timeout_s)
+        if not hello.get("ready"):
+            raise WorkerDied("worker did not start")
+        return True
 
     def close(self) -> None:
         if self.proc is not None:

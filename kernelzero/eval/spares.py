@@ -16,8 +16,10 @@ from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, Wo
 
 
 class SparePool:
-    def __init__(self, device: str, limits: SandboxLimits, work_root: str | None, size: int):
+    def __init__(self, device: str, limits: SandboxLimits, work_root: str | None, size: int,
+                 start_method: str = "spawn"):
         self.device, self.limits, self.work_root, self.size = device, limits, work_root, size
+        self.start_method = start_method
         self._ready: queue.Queue[SandboxWorker] = queue.Queue()
         self._starting = 0
         self._lock = threading.Lock()
@@ -37,7 +39,8 @@ class SparePool:
         return w
 
     def _new(self) -> SandboxWorker:
-        w = SandboxWorker(self.device, self.limits, self.work_root, name="w")
+        w = SandboxWorker(self.device, self.limits, self.work_root, name="w",
+                          start_method=self.start_method)
         try:
             w.start()
             if self.device == "cuda":
