@@ -62,6 +62,19 @@ def main(model_dir: str, out_json: str, steps: int = STEPS, tokens: int = 8, bf1
             "train_wall_s": wall, "train_runtime_s": out.metrics.get("train_runtime"),
             "distributed_type": str(trainer.accelerator.distributed_type),
             "step_times_s": [e.get("step_time") for e in trainer.state.log_history if "step_time" in e]}))
+    _shutdown()
+
+
+def _shutdown() -> None:
+    """Every rank leaves together, then exits at once: a rank that exits while another still uses
+    the process group, or C++ teardown of gloo's threads at interpreter exit, can abort the run
+    ("terminate called without an active exception"), and destroy_process_group can hang."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
