@@ -166,3 +166,22 @@ def test_two_processes_write_one_file_concurrently(tmp_path):
         assert switches >= 10, "the two writers did not actually interleave"
         assert {f"a-{i}" for i in range(20, 120)} <= set(keys)
         assert {f"b-{i}" for i in range(20, 120)} <= set(keys)
+
+
+def test_timing_method_separates_stored_results():
+    """Timings measured another way are not comparable: the verdict key and the cached reference
+    timing key both change with the timing method (on cuda; CPU verdicts carry no timing)."""
+    from kernelzero.eval import EvalConfig
+    from kernelzero.eval import environment as envmod
+
+    cuda = EvalConfig(device="cuda")
+    env = {"torch": "2", "triton": "3", "device": "cuda", "gpu": "H200", "policy": "strict",
+           "tolerance": "strict", "timing_method": envmod.TIMING_METHOD}
+    other = {**env, "timing_method": "something-else"}
+    assert envmod.env_key(env) != envmod.env_key(other)
+    before = envmod.ref_timing_key("t", env, cuda)
+    old, envmod.TIMING_METHOD = envmod.TIMING_METHOD, "something-else"
+    try:
+        assert envmod.ref_timing_key("t", env, cuda) != before
+    finally:
+        envmod.TIMING_METHOD = old

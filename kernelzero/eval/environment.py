@@ -1,7 +1,7 @@
 """The environment block of a verdict, and the keys that make cached results comparable.
 
-A verdict is only comparable with another judged under the same torch, triton, GPU, tolerance and
-policy; `env_key` hashes exactly those fields so the store never mixes them.
+A verdict is only comparable with another judged under the same torch, triton, GPU, tolerance,
+policy and timing method; `env_key` hashes exactly those fields so the store never mixes them.
 """
 from __future__ import annotations
 
@@ -11,6 +11,10 @@ import json
 import platform
 import sys
 from dataclasses import asdict
+
+# How `worker.time` measures (bump when that changes: stored timings from another method are not
+# comparable). v2: events on the timing stream behind the L2 flush, after-stream work checked.
+TIMING_METHOD = "events-behind-flush-v2"
 
 
 def _version(pkg: str) -> str | None:
@@ -27,16 +31,19 @@ def environment(cfg, limits, gpu_name: str | None) -> dict:
         "platform": platform.platform(terse=True), "device": cfg.device,
         "gpu": gpu_name if cfg.device == "cuda" else None,
         "policy": cfg.policy, "tolerance": cfg.tolerance,
+        "timing_method": TIMING_METHOD if cfg.device == "cuda" else None,
         "sandbox": asdict(limits),
     }
 
 
 def env_key(env: dict) -> str:
-    fields = {k: env.get(k) for k in ("torch", "triton", "device", "gpu", "policy", "tolerance")}
+    fields = {k: env.get(k) for k in ("torch", "triton", "device", "gpu", "policy", "tolerance",
+                                      "timing_method")}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def ref_timing_key(task_hash: str, env: dict, cfg) -> str:
-    parts = [task_hash, env.get("gpu"), env.get("torch"), cfg.timing_warmup, cfg.timing_min_trials,
-             cfg.timing_max_trials, cfg.timing_rel_spread, cfg.compile_baseline]
+    parts = [task_hash, env.get("gpu"), env.get("torch"), TIMING_METHOD, cfg.timing_warmup,
+             cfg.timing_min_trials, cfg.timing_max_trials, cfg.timing_rel_spread,
+             cfg.compile_baseline]
     return "ref:" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
