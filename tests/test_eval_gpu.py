@@ -117,3 +117,47 @@ def test_both_output_transfers(transfer):
     assert g.status == "correct" and g.speedup, g.reason
     assert w.status == "incorrect", w.reason
     assert r.status == "incorrect", r.reason
+
+
+# A C++ extension that calls cuBLAS directly: past the dispatcher, so the op log cannot see it;
+# the kernel profile can (strict: rejected as library_compute).
+CUBLAS_DIRECT = r'''
+import torch, torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+cpp = "torch::Tensor mm(torch::Tensor a, torch::Tensor b);"
+cu = """
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cublas_v2.h>
+torch::Tensor mm(torch::Tensor a, torch::Tensor b) {
+  auto m = a.size(0), k = a.size(1), n = b.size(1);
+  auto c = torch::empty({m, n}, a.options());
+  float one = 1.f, zero = 0.f;
+  // row-major C = A B  is  column-major C^T = B^T A^T
+  cublasSgemm(at::cuda::getCurrentCUDABlasHandle(), CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one,
+              b.data_ptr<float>(), n, a.data_ptr<float>(), k, &zero, c.data_ptr<float>(), n);
+  return c;
+}
+"""
+ext = load_inline(name="kz_cublas_direct", cpp_sources=cpp, cuda_sources=cu, functions=["mm"],
+                  extra_ldflags=["-lcublas"])
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return ext.mm(A.contiguous(), B.contiguous())
+'''
+
+
+def test_direct_cublas_call_is_seen_by_the_kernel_profile():
+    with Evaluator(EvalConfig(device="cuda", max_workers=2, timing=False, policy="strict",
+                              max_library_share=0.5)) as ev:
+        _check_library_share(ev)
+
+
+def _check_library_share(ev):
+    matmul = Task.from_file(os.path.join(EX, "tasks/level1/3_Matmul.py"))
+    v = ev.judge(matmul, Candidate(CUBLAS_DIRECT))
+    assert v.status == "rejected" and "library_compute" in v.flags, (v.status, v.reason, v.log_tail)
+    assert v.library_share is not None and v.library_share > 0.5
+    own = ev.judge(RELU, Candidate.from_file(os.path.join(EX, "candidates",
+                                                         "level_1_problem_1_sample_0_kernel.py")))
+    assert own.status == "correct" and own.library_share == 0.0, (own.status, own.library_share)

@@ -33,6 +33,11 @@ class EvalConfig:
     timing_budget_s: wall-clock budget for the timed calls of one module.
     timing_checked_calls: timed calls whose outputs are sent back and re-checked.
     compile_baseline: also time `torch.compile(Model)` and report `speedup_compile`.
+    max_library_share: under `strict` on cuda, the largest share of a call's GPU kernel time that
+        may run in vendor-library kernels (cuBLAS, cuDNN; see library_share.py); above it the
+        candidate is `rejected` (`library_compute`), and the share is reported in the verdict.
+        None (the default until this check has been run on a GPU) profiles nothing; 0.5 is the
+        intended setting.
     load_timeout_s: limit for importing/compiling a candidate and building it.
     run_timeout_s: limit for the correctness trials (all of them) and again for timing.
     max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
@@ -60,6 +65,7 @@ class EvalConfig:
     timing_budget_s: float = 5.0
     timing_checked_calls: int = 3
     compile_baseline: bool = False
+    max_library_share: float | None = None
     load_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
     max_workers: int = 4
@@ -82,6 +88,8 @@ class EvalConfig:
             raise ValueError("EvalConfig.correctness_trials must be >= 1 (5 or more recommended)")
         if not 1 <= self.timing_min_trials <= self.timing_max_trials:
             raise ValueError("EvalConfig needs 1 <= timing_min_trials <= timing_max_trials")
+        if self.max_library_share is not None and not 0.0 <= self.max_library_share <= 1.0:
+            raise ValueError("EvalConfig.max_library_share must be None or within [0, 1]")
         if self.max_workers < 1:
             raise ValueError("EvalConfig.max_workers must be >= 1")
         for name in ("load_timeout_s", "run_timeout_s", "timing_budget_s"):
@@ -93,7 +101,7 @@ class EvalConfig:
     JUDGING_FIELDS = ("device", "backend", "policy", "tolerance", "correctness_trials",
                       "hardening_trials", "timing", "timing_warmup", "timing_min_trials",
                       "timing_max_trials", "timing_rel_spread", "timing_checked_calls",
-                      "compile_baseline")
+                      "compile_baseline", "max_library_share")
 
     def judging_settings(self) -> dict:
         return {k: getattr(self, k) for k in self.JUDGING_FIELDS}

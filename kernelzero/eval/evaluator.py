@@ -390,8 +390,10 @@ class Evaluator:
         cfg = self.config
         trials = list(ref.trials)
         t0 = time.perf_counter()
+        profile = cfg.policy == "strict" and cfg.device == "cuda" and cfg.max_library_share is not None
         reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials], "poison": True,
-                           "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
+                           "log_ops": cfg.policy == "strict", "profile": profile},
+                          cfg.run_timeout_s)
         phases["run_s"] = time.perf_counter() - t0
         phases.update(_worker_breakdown(reply))
         t0 = time.perf_counter()
@@ -410,6 +412,16 @@ class Evaluator:
                                reason="strict policy: ModelNew.forward ran PyTorch compute ops "
                                       f"({', '.join(bad[:6])}); compute must happen in its own "
                                       "kernels"), None
+        share = None
+        if profile:
+            from kernelzero.eval.library_share import library_share
+            share, lib_names = library_share(reply.get("kernels") or [])
+            if share is not None and share > cfg.max_library_share:
+                return Verdict(status="rejected", backend=backend, flags=["library_compute"],
+                               library_share=share,
+                               reason=f"strict policy: {100 * share:.0f}% of the call's GPU time ran "
+                                      f"in vendor-library kernels ({', '.join(lib_names[:3])}); "
+                                      "compute must happen in its own kernels"), None
         results = decode_trials(w, reply)
         if len(results) != len(trials):
             return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
@@ -423,7 +435,7 @@ class Evaluator:
                 return v, None
             worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
         phases["check_s"] = time.perf_counter() - t0
-        return None, (len(trials), worst_abs, worst_rel)
+        return None, (len(trials), worst_abs, worst_rel, share)
 
     def _check_trial(self, exp, got, label: str, backend: str, passed: int):
         cfg = self.config
@@ -500,9 +512,9 @@ class Evaluator:
 
     def _correct_verdict(self, backend: str, timing: Timing | None, ref: ReferenceRun,
                          stats) -> Verdict:
-        n, worst_abs, worst_rel = stats
+        n, worst_abs, worst_rel, share = stats
         v = Verdict(status="correct", backend=backend, trials_run=n, trials_passed=n,
-                    max_abs_err=worst_abs, max_rel_err=worst_rel,
+                    max_abs_err=worst_abs, max_rel_err=worst_rel, library_share=share,
                     reason=f"all {n} correctness trials matched the reference "
                            f"(max abs err {worst_abs:.2g})")
         if timing is not None:

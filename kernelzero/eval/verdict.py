@@ -62,6 +62,7 @@ class Verdict:
     speedup: float | None = None       # eager reference median / candidate median
     ref_compile_runtime_ms: Timing | None = None
     speedup_compile: float | None = None  # torch.compile reference median / candidate median
+    library_share: float | None = None  # share of GPU kernel time in cuBLAS/cuDNN (strict, cuda)
     task_hash: str = ""
     candidate_hash: str = ""
     env: dict = field(default_factory=dict)
