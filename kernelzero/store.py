@@ -22,6 +22,7 @@ import json
 import re
 import sqlite3
 import threading
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -90,7 +91,7 @@ class Store:
         try:
             self._db.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
             self._check_or_create()
-            self._db.execute("PRAGMA journal_mode = WAL")
+            self._use_wal(timeout_s)
             self._db.execute("PRAGMA synchronous = FULL")
         except sqlite3.DatabaseError as e:
             self._db.close()
@@ -98,6 +99,23 @@ class Store:
         except BaseException:
             self._db.close()
             raise
+
+    def _use_wal(self, timeout_s: float) -> None:
+        """WAL mode (persistent in the file once set). Switching needs the database to itself,
+        and SQLite answers "locked" at once, without its busy handler, while another process is
+        opening it: retry until the timeout."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            try:
+                if self._db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    self._db.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     def _check_or_create(self) -> None:
         tables = {r[0] for r in
