@@ -152,13 +152,18 @@ def test_serve_takes_the_judging_settings_of_a_training_config(tmp_path):
     from kernelzero.eval import EvalConfig
     from kernelzero.train.config import PRESET_DIR
 
-    args = argparse.Namespace(eval_config=str(PRESET_DIR / "single-h200.yaml"), device=None,
-                              workers=3, policy=None, tolerance=None)
+    args = argparse.Namespace(eval_config="single-h200", device=None, workers=3, policy=None,
+                              tolerance=None)
     cfg = EvalConfig(**_eval_fields(args))
     assert (cfg.device, cfg.tolerance, cfg.max_workers) == ("cuda", "paper", 3)
     args.device, args.tolerance = "cpu", "strict"
     cfg = EvalConfig(**_eval_fields(args))
     assert (cfg.device, cfg.tolerance) == ("cpu", "strict")
+    args.eval_config = str(PRESET_DIR / "single-h200.yaml")  # a file path works the same
+    assert EvalConfig(**_eval_fields(args)).tolerance == "strict"
+    args.eval_config = str(tmp_path / "missing.yaml")
+    with pytest.raises(ValueError, match="--eval-config"):
+        _eval_fields(args)
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -35,10 +35,11 @@ def register(subparsers) -> None:
                    help="what a candidate may call (default: strict, or the --eval-config's)")
     p.add_argument("--tolerance", choices=("strict", "paper"), default=None,
                    help="numerical tolerance (default: strict, or the --eval-config's)")
-    p.add_argument("--eval-config", default=None, metavar="YAML",
-                   help="EvalConfig fields from a YAML file: a mapping of fields, or a training "
-                        "config whose `eval` section is used (so the service judges exactly as "
-                        "the run expects); --device/--workers/--policy/--tolerance override it")
+    p.add_argument("--eval-config", default=None, metavar="CONFIG",
+                   help="judge with the `eval` section of this training config (a preset name or "
+                        "YAML file, as for `kernelzero train --config`), so the service judges "
+                        "exactly as the run expects; --device/--workers/--policy/--tolerance "
+                        "override it")
     p.add_argument("--max-queue", type=int, default=256, metavar="N",
                    help="candidates waiting or being judged before new requests get 429 "
                         "(default: %(default)s)")
@@ -73,18 +74,15 @@ def _dispatch(args) -> dict:
 
 
 def _eval_fields(args) -> dict:
-    """EvalConfig fields: the --eval-config file's, then the flags given on the command line."""
+    """EvalConfig fields: the --eval-config training config's `eval` section (loaded as `kernelzero
+    train` loads it), then the flags given on the command line."""
     fields: dict = {}
     if args.eval_config:
-        import yaml
+        from kernelzero.train.config import load_config
         try:
-            with open(args.eval_config, encoding="utf-8") as f:
-                doc = yaml.safe_load(f) or {}
-        except (OSError, yaml.YAMLError) as e:
-            raise ValueError(f"cannot read {args.eval_config}: {e}") from None
-        if not isinstance(doc, dict):
-            raise ValueError(f"{args.eval_config} is not a YAML mapping")
-        fields = dict(doc.get("eval", doc)) if isinstance(doc.get("eval", doc), dict) else {}
+            fields = dict(load_config(args.eval_config).eval)
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"--eval-config {args.eval_config}: {e}") from None
     fields["device"] = args.device or fields.get("device", "cpu")
     fields["max_workers"] = args.workers
     for name in ("policy", "tolerance"):

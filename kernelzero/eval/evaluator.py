@@ -25,8 +25,9 @@ from pathlib import Path
 
 from kernelzero.eval.compare import compare_outputs
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
-                                       _maybe_lock)
+from kernelzero.eval.gpu_lock import gpu_lock_for
+from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
+from kernelzero.eval.reference import ReferenceRun, decode_trials, run_reference, time_module
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
@@ -343,7 +344,7 @@ class Evaluator:
                 t1 = time.perf_counter()
                 # Building and the correctness trials run alongside other candidates' (shared
                 # lock); the timing below waits for the GPU to itself (exclusive lock).
-                with _maybe_lock(cfg, shared=True):
+                with gpu_lock_for(cfg.device, shared=True):
                     phases["gpu_wait_s"] = time.perf_counter() - t1
                     t2 = time.perf_counter()
                     info = w.request({"op": "build", "init_seed": 0}, cfg.load_timeout_s)
@@ -356,7 +357,7 @@ class Evaluator:
                 if v is None and cfg.timed:
                     phase = "time"
                     t3 = time.perf_counter()
-                    with _maybe_lock(cfg):
+                    with gpu_lock_for(cfg.device):
                         phases["timing_wait_s"] = time.perf_counter() - t3
                         t4 = time.perf_counter()
                         v = self._timing(w, ref, backend, stats)
@@ -495,7 +496,7 @@ class Evaluator:
         timing = Timing.from_samples(times)
         # Flagged, not rejected: the two loops' fixed costs differ with their call counts, so
         # this check is evidence for a human (and a reward that wants it), not a verdict.
-        unconfirmed = _forged_timing(ref, timing, judge_wall_ms)
+        unconfirmed = unconfirmed_saving(ref, timing, judge_wall_ms)
         floor = roofline_floor_ms(ref, self._gpu_name)
         if floor and timing.median_ms < 0.5 * floor:
             return Verdict(status="rejected", backend=backend, flags=["implausible_speedup"],
@@ -527,34 +528,6 @@ class Evaluator:
                 v.ref_compile_runtime_ms = ref.compile_timing
                 v.speedup_compile = ref.compile_timing.median_ms / timing.median_ms
         return v
-
-
-# Peak memory bandwidth by GPU name (bytes/s, vendor datasheets); unknown GPUs get a generous bound.
-PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.04e12,
-                  "L40S": 0.864e12, "A10": 0.6e12, "4090": 1.0e12, "B200": 8.0e12}
-
-
-def _forged_timing(ref: ReferenceRun, cand: Timing, cand_wall_ms: float) -> bool:
-    """Cross-check of the worker's CUDA-event times against the judge's own clock.
-
-    Both timed loops (reference and candidate) do the same per-call work besides the module
-    (fresh inputs, L2 flush, synchronizes), so the wall-clock saving per call must roughly match
-    the event-time saving. Claimed savings that the wall clock does not show are forged. The
-    margin (a quarter of the reference time plus 0.1 ms per call) absorbs host noise.
-    """
-    if not ref.timing or not ref.time_wall_ms_per_call or not cand.n:
-        return False
-    claimed = ref.timing.median_ms - cand.median_ms
-    seen = ref.time_wall_ms_per_call - cand_wall_ms / cand.n
-    return claimed - seen > 0.25 * ref.timing.median_ms + 0.1
-
-
-def roofline_floor_ms(ref: ReferenceRun, gpu: str | None) -> float | None:
-    """Least time to read every input once and write every output once, in milliseconds."""
-    if not ref.io_bytes:
-        return None
-    bw = next((v for k, v in PEAK_BANDWIDTH.items() if gpu and k in gpu), 10e12)
-    return ref.io_bytes / bw * 1e3
 
 
 def _worker_breakdown(reply: dict) -> dict:

@@ -50,3 +50,16 @@ class GpuLock:
         fh, self._fh = self._fh, None
         if fh is not None:
             fh.close()  # closing releases the lock
+
+
+class _NoLock:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def gpu_lock_for(device: str, shared: bool = False):
+    """The GPU lock on cuda (shared: running modules; exclusive: timing); nothing on the CPU."""
+    return GpuLock(shared=shared) if device == "cuda" else _NoLock()

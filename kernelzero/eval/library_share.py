@@ -7,6 +7,8 @@ kernels (`torch.profiler`, CUDA activity) and the judge computes the share of ke
 names are those of the vendor libraries; above `EvalConfig.max_library_share` the candidate is
 `rejected` (`library_compute`). The share is reported in the verdict either way.
 
+`KernelProfile` is the worker's side (it runs in the sandbox), `library_share` the judge's.
+
 Names are matched, not provenance: a kernel of the candidate's own that it names like a library
 kernel counts as library time (a candidate gains nothing by that), and CUTLASS templates a
 candidate instantiates itself (`cutlass::Kernel...`) do not count.
@@ -42,3 +44,39 @@ def library_share(kernels) -> tuple[float | None, list[str]]:
     if total <= 0:
         return None, []
     return lib / total, [n for n, _ in sorted(names.items(), key=lambda kv: -kv[1])]
+
+
+class KernelProfile:
+    """Worker side: torch.profiler around one call, CUDA kernels only, times summed by name, into
+    `reply["kernels"]` ([[name, us], ...], the 200 longest) or `reply["profile_error"]`."""
+
+    def __init__(self, torch, reply: dict):
+        self.torch, self.reply, self.prof = torch, reply, None
+
+    def __enter__(self):
+        try:
+            from torch.profiler import ProfilerActivity, profile
+            self.prof = profile(activities=[ProfilerActivity.CUDA])
+            self.prof.__enter__()
+        except Exception as e:  # noqa: BLE001
+            from kernelzero.eval.worker import _one_line
+            self.prof, self.reply["profile_error"] = None, _one_line(e)
+        return self
+
+    def __exit__(self, *exc):
+        if self.prof is None:
+            return False
+        try:
+            self.torch.cuda.synchronize()
+            self.prof.__exit__(None, None, None)
+            totals: dict[str, float] = {}
+            for ev in self.prof.events():
+                if str(getattr(ev, "device_type", "")).endswith("CUDA"):
+                    us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
+                    totals[ev.name] = totals.get(ev.name, 0.0) + us
+            top = sorted(totals.items(), key=lambda kv: -kv[1])[:200]
+            self.reply["kernels"] = [[n[:200], t] for n, t in top]
+        except Exception as e:  # noqa: BLE001
+            from kernelzero.eval.worker import _one_line
+            self.reply["profile_error"] = _one_line(e)
+        return False

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.gpu_lock import GpuLock
+from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.schedule import Schedule, Trial
 from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
@@ -112,7 +112,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                                     log_tail=w.log_tail())
             phases["load_s"] = time.perf_counter() - t0 - phases["take_s"]
             t1 = time.perf_counter()
-            with _maybe_lock(cfg, shared=True):  # running needs a GPU, not a quiet one
+            with gpu_lock_for(cfg.device, shared=True):  # running needs a GPU, not a quiet one
                 phases["gpu_wait_s"] = time.perf_counter() - t1
                 t1 = time.perf_counter()
                 info = w.request({"op": "build", "init_seed": init_seed}, cfg.load_timeout_s)
@@ -145,7 +145,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                 run.trials[t] = r
             if time_it:
                 t1 = time.perf_counter()
-                with _maybe_lock(cfg):  # timing needs the GPU to itself
+                with gpu_lock_for(cfg.device):  # timing needs the GPU to itself
                     t0 = time.perf_counter()
                     phases["timing_wait_s"] = t0 - t1
                     run.timing = _timing(time_module(w, cfg, schedule, run.l2_bytes))
@@ -179,16 +179,3 @@ def _timing(reply: dict) -> Timing | None:
     if not reply.get("ok") or not reply.get("times_ms"):
         return None
     return Timing.from_samples([float(x) for x in reply["times_ms"]])
-
-
-class _NoLock:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-def _maybe_lock(cfg: EvalConfig, shared: bool = False):
-    """The GPU lock on cuda (shared: running modules; exclusive: timing); nothing on the CPU."""
-    return GpuLock(shared=shared) if cfg.device == "cuda" else _NoLock()

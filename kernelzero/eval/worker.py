@@ -362,7 +362,8 @@ class Worker:
             first = cmd["trials"][0]
             try:
                 inputs = self.make_inputs(int(first["seed"]), first.get("dist", "task"))
-                with torch.no_grad(), _KernelProfile(torch, reply):
+                from kernelzero.eval.library_share import KernelProfile
+                with torch.no_grad(), KernelProfile(torch, reply):
                     self.model(*inputs)
             except BaseException as e:  # noqa: BLE001 - evidence missing, not a verdict
                 reply["profile_error"] = _one_line(e)
@@ -499,39 +500,6 @@ def _warm_cuda_libraries(torch) -> None:
         F.softmax(x, -1), F.log_softmax(x, -1), x.logsumexp(-1)
         F.relu(x), F.gelu(x), F.silu(x), torch.tanh(x), torch.sigmoid(x)
         x.sum(0), x.mean(-1), x.amax(-1), x.argmax(-1), x.cumsum(-1)
-
-
-class _KernelProfile:
-    """torch.profiler around one call, CUDA activity only; kernel times summed by name."""
-
-    def __init__(self, torch, entry: dict):
-        self.torch, self.entry, self.prof = torch, entry, None
-
-    def __enter__(self):
-        try:
-            from torch.profiler import ProfilerActivity, profile
-            self.prof = profile(activities=[ProfilerActivity.CUDA])
-            self.prof.__enter__()
-        except Exception as e:  # noqa: BLE001
-            self.prof, self.entry["profile_error"] = None, _one_line(e)
-        return self
-
-    def __exit__(self, *exc):
-        if self.prof is None:
-            return False
-        try:
-            self.torch.cuda.synchronize()
-            self.prof.__exit__(None, None, None)
-            totals: dict[str, float] = {}
-            for ev in self.prof.events():
-                if str(getattr(ev, "device_type", "")).endswith("CUDA"):
-                    us = float(getattr(ev, "device_time_total", 0.0) or 0.0)
-                    totals[ev.name] = totals.get(ev.name, 0.0) + us
-            top = sorted(totals.items(), key=lambda kv: -kv[1])[:200]
-            self.entry["kernels"] = [[n[:200], t] for n, t in top]
-        except Exception as e:  # noqa: BLE001
-            self.entry["profile_error"] = _one_line(e)
-        return False
 
 
 def _same_layout(torch, a: list, b: list) -> bool:
