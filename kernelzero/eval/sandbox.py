@@ -159,8 +159,10 @@ class SandboxWorker:
             start_new_session=True, close_fds=True,
             preexec_fn=_isolate_network if self.limits.no_network else None)
         log.close()
-        hello = self._read(time.monotonic() + timeout_s)
-        if not hello.get("ready"):
+        self._await_ready(timeout_s)
+
+    def _await_ready(self, timeout_s: float) -> None:
+        if not self._read(time.monotonic() + timeout_s).get("ready"):
             raise WorkerDied("worker did not start")
 
     def _start_forked(self, timeout_s: float) -> bool:
@@ -173,9 +175,7 @@ class SandboxWorker:
         except (ForkServerError, OSError):
             self.proc = None
             return False
-        hello = self._read(time.monotonic() + timeout_s)
-        if not hello.get("ready"):
-            raise WorkerDied("worker did not start")
+        self._await_ready(timeout_s)
         return True
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ import queue
 import threading
 import weakref
 
+from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
 
 
@@ -43,13 +44,9 @@ class SparePool:
                           start_method=self.start_method)
         try:
             w.start()
-            if self.device == "cuda":
-                from kernelzero.eval.gpu_lock import GpuLock
-                # Creating a CUDA context and library handles would disturb a timing in progress;
-                # it does not disturb other modules' correctness trials (shared).
-                with GpuLock(shared=True):
-                    w.request({"op": "warm", "device": self.device}, 120)
-            else:
+            # Creating a CUDA context and library handles would disturb a timing in progress; it
+            # does not disturb other modules' correctness trials (shared).
+            with gpu_lock_for(self.device, shared=True):
                 w.request({"op": "warm", "device": self.device}, 120)
         except (WorkerDied, WorkerTimeout):
             w.close()
