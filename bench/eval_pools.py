@@ -10,7 +10,7 @@ judged three ways, each with a fresh evaluator and its own work directory:
            judged through `RewardClient` as a trainer would.
 
 Wall time runs from the first submission to the last verdict; building a pool (starting Ray, the
-server) is reported apart as setup_s. Service overhead = service wall / local wall - 1, in %.
+server, and every judge's spare workers) is reported apart as setup_s. Service overhead = service wall / local wall - 1, in %.
 All modes judge with the same EvalConfig.seed (so on the same inputs) and must reach the same
 status for every candidate; disagreements are listed with each mode's reason.
 
@@ -63,6 +63,14 @@ def build_batch(tasks_dir: Path, samples_dir: Path, repeat: int, device: str,
     return batch
 
 
+def throughput_batch(repeat: int, scale: int):
+    """eval_throughput's KernelBench-sized problems, the reference itself as candidate."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from eval_throughput import as_candidate, make_tasks
+
+    return [(t, as_candidate(t, r)) for r in range(repeat) for t in make_tasks(scale)]
+
+
 def timed_judge(pool, batch) -> tuple[float, list]:
     t0 = time.perf_counter()
     verdicts = pool.judge_many(batch)
@@ -74,6 +82,7 @@ def run_local(cfg, batch, args):
 
     t0 = time.perf_counter()
     with Evaluator(cfg) as ev:
+        ev.warm_up()
         setup = time.perf_counter() - t0
         wall, verdicts = timed_judge(ev, batch)
     return setup, wall, verdicts, {}
@@ -85,6 +94,7 @@ def run_ray(cfg, batch, args):
     t0 = time.perf_counter()
     with RayPool(cfg, RayPoolConfig(address=args.ray_address,
                                     runs_per_gpu=args.runs_per_gpu)) as pool:
+        pool.warm_up()
         setup = time.perf_counter() - t0
         wall, verdicts = timed_judge(pool, batch)
         health = pool.health()
@@ -102,6 +112,7 @@ def run_service(cfg, batch, args):
 
     t0 = time.perf_counter()
     with Evaluator(cfg) as ev:
+        ev.warm_up()
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -143,6 +154,10 @@ def main(argv=None) -> int:
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: private)")
     p.add_argument("--service-batch", type=int, default=16, help="pairs per HTTP request")
     p.add_argument("--service-concurrency", type=int, default=4, help="requests in flight")
+    p.add_argument("--problems", choices=("samples", "throughput"), default="samples",
+                   help="samples: --samples against --tasks; throughput: the GPU-heavy problems "
+                        "of bench/eval_throughput.py (reference as candidate, policy none)")
+    p.add_argument("--size-scale", type=int, default=1, help="with --problems throughput")
     p.add_argument("--backends", default="",
                    help="only samples in these languages, e.g. 'triton' or 'triton,cuda' "
                         "(default: all)")
@@ -157,14 +172,18 @@ def main(argv=None) -> int:
         p.error(f"--modes: choose from {MODES}")
 
     backends = {b.strip() for b in args.backends.split(",") if b.strip()} or None
-    batch = build_batch(args.tasks, args.samples, args.repeat, args.device, backends)
+    if args.problems == "throughput":
+        batch = throughput_batch(args.repeat, args.size_scale)
+    else:
+        batch = build_batch(args.tasks, args.samples, args.repeat, args.device, backends)
     work = Path(tempfile.mkdtemp(prefix="kz-bench-pools-"))
     results: dict = {}
     verdicts_by_mode: dict = {}
     env = None
     for mode in modes:
         cfg = EvalConfig(device=args.device, max_workers=args.workers, seed=args.seed,
-                         work_dir=str(work / mode))  # fresh build caches per mode
+                         work_dir=str(work / mode),  # fresh build caches per mode
+                         policy="none" if args.problems == "throughput" else "strict")
         print(f"[{mode}] judging {len(batch)} candidates ...", file=sys.stderr, flush=True)
         try:
             setup, wall, verdicts, extra = RUNNERS[mode](cfg, batch, args)
@@ -196,6 +215,7 @@ def main(argv=None) -> int:
                     "triton": (env or {}).get("triton")},
         "device": args.device,
         "batch": {"candidates": len(batch), "repeat": args.repeat, "workers": args.workers,
+                  "problems": args.problems, "size_scale": args.size_scale,
                   "seed": args.seed, "backends": sorted(backends) if backends else "all",
                   "tasks": len({t.hash for t, _ in batch})},
         "modes": results,

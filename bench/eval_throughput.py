@@ -15,8 +15,10 @@ evaluators, nothing cached) of real Triton/CUDA candidates.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -29,24 +31,25 @@ from kernelzero.eval import EvalConfig, Evaluator  # noqa: E402
 from kernelzero.tasks import Candidate, Task  # noqa: E402
 
 PROBLEMS = {
-    # name: (init, forward body, inputs, init inputs)
+    # name: (init, forward body, args, inputs, init inputs); `{s}` scales the leading (batch)
+    # dimension, so --size-scale S multiplies every problem's work by S.
     "Matmul_4096": ("", "return torch.matmul(A, B)", "A, B",
-                    "[torch.randn(4096, 4096), torch.randn(4096, 4096)]", "[]"),
+                    "[torch.randn(4096 * {s}, 4096), torch.randn(4096, 4096)]", "[]"),
     "Conv2d_large": ("self.conv = nn.Conv2d(64, 128, 3, padding=1)", "return self.conv(x)", "x",
-                     "[torch.randn(16, 64, 256, 256)]", "[]"),
-    "Sum_100M": ("", "return torch.sum(x, dim=1)", "x", "[torch.randn(128, 1024, 800)]", "[]"),
-    "Softmax_64M": ("", "return torch.softmax(x, dim=1)", "x", "[torch.randn(4096, 16384)]", "[]"),
-    "ReLU_64M": ("", "return torch.relu(x)", "x", "[torch.randn(4096, 16384)]", "[]"),
+                     "[torch.randn(16 * {s}, 64, 256, 256)]", "[]"),
+    "Sum_100M": ("", "return torch.sum(x, dim=1)", "x", "[torch.randn(128 * {s}, 1024, 800)]", "[]"),
+    "Softmax_64M": ("", "return torch.softmax(x, dim=1)", "x", "[torch.randn(4096 * {s}, 16384)]", "[]"),
+    "ReLU_64M": ("", "return torch.relu(x)", "x", "[torch.randn(4096 * {s}, 16384)]", "[]"),
     "Linear_ReLU": ("self.fc = nn.Linear(4096, 4096)", "return torch.relu(self.fc(x))", "x",
-                    "[torch.randn(4096, 4096)]", "[]"),
+                    "[torch.randn(4096 * {s}, 4096)]", "[]"),
     "Conv_ReLU_Bias": ("self.conv = nn.Conv2d(32, 64, 3)\n        self.bias = nn.Parameter(torch.randn(64, 1, 1))",
                        "return torch.relu(self.conv(x)) + self.bias", "x",
-                       "[torch.randn(32, 32, 256, 256)]", "[]"),
+                       "[torch.randn(32 * {s}, 32, 256, 256)]", "[]"),
     "LayerNorm": ("self.ln = nn.LayerNorm(8192)", "return self.ln(x)", "x",
-                  "[torch.randn(8192, 8192)]", "[]"),
-    "Argmax_100M": ("", "return torch.argmax(x, dim=2)", "x", "[torch.randn(256, 512, 800)]", "[]"),
+                  "[torch.randn(8192 * {s}, 8192)]", "[]"),
+    "Argmax_100M": ("", "return torch.argmax(x, dim=2)", "x", "[torch.randn(256 * {s}, 512, 800)]", "[]"),
     "GELU_Mean": ("", "return torch.nn.functional.gelu(x).mean(dim=-1)", "x",
-                  "[torch.randn(16384, 4096)]", "[]"),
+                  "[torch.randn(16384 * {s}, 4096)]", "[]"),
 }
 
 TEMPLATE = '''import torch
@@ -71,12 +74,13 @@ def get_init_inputs():
 '''
 
 
-def make_tasks() -> list[Task]:
+def make_tasks(scale: int = 1) -> list[Task]:
     tasks = []
     for i, (name, (init, body, args, inputs, init_inputs)) in enumerate(PROBLEMS.items(), 1):
         src = TEMPLATE.format(cls="Model", init=init or "pass", body=body, args=args,
-                              inputs=inputs, init_inputs=init_inputs)
-        tasks.append(Task(source=src, name=name, level=1, problem_id=i))
+                              inputs=inputs.format(s=scale), init_inputs=init_inputs)
+        tasks.append(Task(source=src, name=f"{name}x{scale}" if scale > 1 else name,
+                          level=1, problem_id=i))
     return tasks
 
 
@@ -93,16 +97,27 @@ def gpu_seconds(v, cfg) -> float:
     return calls * v.runtime_ms.median_ms / 1e3
 
 
-def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto") -> dict:
-    cfg = EvalConfig(device="cuda", policy="none", correctness_trials=5, transfer=transfer,
+def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
+               scale: int = 1, warm: bool = False, device: str = "cuda",
+               spares: int | None = None) -> dict:
+    """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
+    its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
+    # KernelBench's workload: 5 correctness trials, 3 warm-up calls (no time-based warm-up),
+    # 100 timed calls; no hardening trials.
+    cfg = EvalConfig(device=device, policy="none", correctness_trials=5, transfer=transfer,
                      start_method=start_method,
-                     hardening_trials=False, timing_warmup=3, timing_min_trials=100,
-                     timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3,
-                     max_workers=workers)
-    tasks = make_tasks()[: 3 if quick else None]
+                     hardening_trials=False, timing_warmup=3, timing_warmup_ms=0.0,
+                     timing_min_trials=100, timing_max_trials=100, timing_budget_s=60,
+                     timing_checked_calls=3, max_workers=workers, spares=spares)
+    tasks = make_tasks(scale)[: 3 if quick else None]
     pairs = [(t, as_candidate(t, k)) for t in tasks for k in range(2)]
+    warm_up_s, ready = None, None
     t0 = time.perf_counter()
     with Evaluator(cfg) as ev:
+        if warm:
+            ready = ev.warm_up()
+            warm_up_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
         verdicts = ev.judge_many(pairs)
         ref_phases = dict(ev.reference_phases)
     wall = time.perf_counter() - t0
@@ -127,11 +142,22 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "reference_phases": ref_phases, "candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
+            "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
+            "spares_ready": ready, "start_method": cfg.worker_start,
             "transfer": cfg.transfer_mode,
             "gpu": verdicts[0].env.get("gpu"), "rows": rows}
 
 
-def repeatability(workers: int) -> dict:
+def tiny_cpu_problems() -> None:
+    """--device cpu smoke runs: shrink every problem so the CPU can run it in seconds."""
+    for name, (init, body, args, inputs, init_inputs) in PROBLEMS.items():
+        small = re.sub(r"randn\(([^)]*)\)", lambda m: "randn(" + ", ".join(
+            "{s}" if "{s}" in d else d if int(d) <= 64 else "8" for d in m.group(1).split(", ")) + ")",
+            inputs)
+        PROBLEMS[name] = (init, body, args, small, init_inputs)
+
+
+def repeatability(workers: int, save=None) -> dict:
     ex = Path(__file__).resolve().parents[1] / "kernelzero" / "examples"
     big = {  # example candidates on KernelBench-sized versions of their tasks
         "relu_triton": ("tasks/level1/1_ReLU.py", "candidates/level_1_problem_1_sample_0_kernel.py",
@@ -147,13 +173,20 @@ def repeatability(workers: int) -> dict:
         for a, b in subs.items():
             src = src.replace(a, b)
         task, cand = Task(source=src, name=name), Candidate.from_file(ex / cpath)
-        speedups = []
+        speedups, runs = [], []
         for _ in range(3):
             with Evaluator(EvalConfig(device="cuda", max_workers=workers)) as ev:
                 v = ev.judge(task, cand)
             speedups.append(v.speedup)
+            runs.append({"speedup": v.speedup, "flags": v.flags,
+                         "cand": dataclasses.asdict(v.runtime_ms) if v.runtime_ms else None,
+                         "ref": dataclasses.asdict(v.ref_runtime_ms) if v.ref_runtime_ms else None})
+            print(f"  {name}: speedup {v.speedup} ({v.status}; {v.reason[:100]})", flush=True)
+            out[name] = {"speedups": list(speedups), "runs": runs, "partial": True}
+            if save:
+                save(out)
         ok = all(s is not None for s in speedups)
-        out[name] = {"speedups": speedups, "status": v.status, "reason": v.reason[:200],
+        out[name] = {"speedups": speedups, "status": v.status, "reason": v.reason[:200], "runs": runs,
                      "spread_pct": 100 * (max(speedups) - min(speedups)) / statistics.median(speedups)
                      if ok else None}
     return out
@@ -164,24 +197,45 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "eval_throughput.json"))
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--quick", action="store_true", help="3 problems only")
+    ap.add_argument("--scales", type=int, nargs="+", default=[1],
+                    help="problem size multipliers, one throughput run each (4 gives about the "
+                         "anchor's GPU work per candidate)")
+    ap.add_argument("--clocks", nargs="+", default=["cold"], choices=["cold", "warm"],
+                    help="cold: the clock includes starting the evaluator's workers; warm: it "
+                         "starts once they are ready (a long-lived judge)")
+    ap.add_argument("--spares", type=int, default=None,
+                    help="EvalConfig.spares (default: the evaluator's; the batch needs one worker "
+                         "per candidate and per task: 30 here)")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
     ap.add_argument("--repeat-workers", type=int, default=2,
                     help="max_workers of the repeatability evaluators (one candidate each)")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                    help="cpu: a smoke run of this script (nothing is timed there)")
     ap.add_argument("--transfer", default="auto", choices=["auto", "ipc", "host"])
     ap.add_argument("--start-method", default="auto", choices=["auto", "spawn", "fork"],
                     help="how worker processes start (EvalConfig.start_method)")
     args = ap.parse_args()
-    res = {}
+    if args.device == "cpu":
+        tiny_cpu_problems()
+    res: dict = {"throughput_runs": []}
+    out = Path(args.out)
     if not args.repeat_only:
-        res["throughput"] = throughput(args.workers, args.quick, args.transfer, args.start_method)
-        report_throughput(res["throughput"])
+        for scale in args.scales:
+            for clock in args.clocks:
+                tp = throughput(args.workers, args.quick, args.transfer, args.start_method,
+                                scale=scale, warm=clock == "warm", device=args.device,
+                                spares=args.spares)
+                res["throughput_runs"].append(tp)
+                out.write_text(json.dumps(res, indent=2))  # each finished run is kept
+                report_throughput(tp)
     if not args.skip_repeat:
-        res["repeatability"] = repeatability(args.repeat_workers)
+        res["repeatability"] = repeatability(
+            args.repeat_workers, save=lambda r: out.write_text(json.dumps({**res, "repeatability": r}, indent=2)))
         for name, r in res["repeatability"].items():
             print(f"  speedup {name:15s} {r['speedups']} spread {r['spread_pct']}% ({r['status']})")
-    Path(args.out).write_text(json.dumps(res, indent=2))
-    print(f"results: {args.out}")
+    out.write_text(json.dumps(res, indent=2))
+    print(f"results: {out}")
 
 
 def report_throughput(tp: dict) -> None:
@@ -189,8 +243,9 @@ def report_throughput(tp: dict) -> None:
         print(f"  {r['candidate']:22s} {r['status']:10s} cand {r['runtime_ms'] or 0:9.3f} ms  "
               f"ref {r['ref_ms'] or 0:9.3f} ms  wall {r['wall_s']:6.1f} s  {r['reason'][:60]}")
     print(f"{tp['candidates']} candidates ({tp['correct']} correct) on {tp['gpu']} "
-          f"[{tp['transfer']}, {tp['workers']} workers]: wall {tp['wall_s']:.1f} s, "
-          f"GPU work {tp['gpu_s']:.1f} s -> wall/GPU = {tp['wall_over_gpu']:.2f}x "
+          f"[size x{tp['size_scale']}, {tp['clock']} clock, {tp['start_method']} workers, "
+          f"{tp['transfer']}, {tp['workers']} at once]: wall {tp['wall_s']:.1f} s, "
+          f"GPU work {tp['gpu_s']:.1f} s -> wall/GPU = {tp['wall_over_gpu'] or 0:.2f}x "
           f"(KernelBench's evaluator: 402 s / 19 s = 21x)")
     print("  summed per-candidate phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["phases_sum_s"].items()))

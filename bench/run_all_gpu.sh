@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Every GPU check and benchmark behind docs/perf.md, on a machine with NVIDIA GPUs, in four parts
-# (each fits a 10-minute slot on one or two H200s; steps that need two GPUs are skipped on one):
+# Every GPU check and benchmark behind docs/perf.md, on a machine with NVIDIA GPUs, in three parts
+# (each fits a 10-minute slot on two H200s, running two lanes of steps side by side, one per GPU;
+# on one GPU the lanes run one after the other and steps that need two GPUs are skipped):
 #
-#   bash bench/run_all_gpu.sh eval  RESULTS_DIR   # GPU tests, adversarial suite on cuda, throughput
-#   bash bench/run_all_gpu.sh speed RESULTS_DIR   # speedup repeatability, worker start, fork throughput
-#   bash bench/run_all_gpu.sh scale RESULTS_DIR   # Proposer on cuda; pools (local/Ray/service), 1 vs 2 GPUs
-#   bash bench/run_all_gpu.sh train RESULTS_DIR   # CA-GRPO over 1 vs 2 GPUs, the single-h200 preset
+#   bash bench/run_all_gpu.sh eval  RESULTS_DIR  # GPU tests + throughput | adversarial + Proposer
+#   bash bench/run_all_gpu.sh speed RESULTS_DIR  # repeatability + throughput x2, spares | single-h200 + pools;
+#                                                # then the Ray pool on 2 GPUs
+#   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
 #
+# KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the x2 throughput runs;
+# KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse);
+# KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit.
 # Each step has its own time limit and log (RESULTS_DIR/files/NN_step.log); a failing step does
 # not stop the others. RESULTS_DIR/results.tgz is rewritten after every step, so what finished is
 # kept even if the whole run is cut short (and copied to $KZ_SAVE_TO when set). KZ_ONLY (a regex)
@@ -42,52 +46,46 @@ save() {  # KZ_SAVE_TO: a second folder that gets the tarball and summary (e.g. 
 echo "part $part on $ngpu GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" \
   | tee "$R/summary.txt"
 
-step_bg() {  # the same, in the background (steps on different GPUs); `wait` joins them
-  step "$@" &
-}
-
-if [ "$part" = eval ]; then  # ~9 min
-  # The GPU tests and the adversarial suite on separate GPUs at once (one GPU: one after the
-  # other), then the timed benchmark alone on its GPU.
-  step_bg 01_gpu_tests 300 env CUDA_VISIBLE_DEVICES=0 bash scripts/test.sh -m gpu \
-    tests/test_eval_gpu.py -p no:cacheprovider
+# Each lane is a subshell in the background; `wait` joins both. With one GPU, one after the other.
+two_lanes() {  # two_lanes "STEPS OF LANE 0" "STEPS OF LANE 1" (steps separated by ';')
+  IFS=';' read -d '' -ra l0 <<< "$1"; IFS=';' read -d '' -ra l1 <<< "$2"
+  ( for s in "${l0[@]}"; do eval "CUDA_VISIBLE_DEVICES=0 step ${s//$'\n'/ }"; done ) &
   [ "$ngpu" -lt 2 ] && wait
-  step_bg 02_adversarial_cuda 300 env KZ_ADV_DEVICE=cuda CUDA_VISIBLE_DEVICES=$other \
-    bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider
+  ( for s in "${l1[@]}"; do eval "CUDA_VISIBLE_DEVICES=$other step ${s//$'\n'/ }"; done ) &
   wait
-  step 03_throughput 150 env CUDA_VISIBLE_DEVICES=0 python3 bench/eval_throughput.py --skip-repeat \
-    --out "$R/files/eval_throughput.json"
+}
+PY="python3"
+TP="$PY bench/eval_throughput.py --skip-repeat"
+SM=${KZ_START_METHOD:-auto}
+
+if [ "$part" = eval ]; then  # ~8.5 min on 2 GPUs
+  two_lanes \
+    "01_gpu_tests 250 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider;
+     03_throughput_x1 220 bash -c '$TP --scales 1 --clocks cold warm --start-method spawn --out $R/files/tp_x1_spawn.json && $TP --scales 1 --clocks cold warm --start-method fork --out $R/files/tp_x1_fork.json'" \
+    "02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-};
+     04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-180} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-4} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
 fi
 
-if [ "$part" = speed ]; then  # ~8 min: evaluator speed and repeatability, alone on the machine
-  step 11_repeatability 240 env CUDA_VISIBLE_DEVICES=0 python3 bench/eval_throughput.py \
-    --repeat-only --out "$R/files/eval_repeatability.json"
-  step 12_worker_start 100 env CUDA_VISIBLE_DEVICES=0 python3 bench/worker_start.py --device cuda \
-    --out "$R/files/worker_start.json"
-  step 13_throughput_fork 150 env CUDA_VISIBLE_DEVICES=0 python3 bench/eval_throughput.py \
-    --skip-repeat --start-method fork --out "$R/files/eval_throughput_fork.json"
-fi
-
-if [ "$part" = scale ]; then  # ~8 min: Proposer on cuda, judging pools on 1 and 2 GPUs
-  step 21_propose_h200 200 env CUDA_VISIBLE_DEVICES=0 python3 -m kernelzero propose --n 50 \
-    --target h200 --device cuda --seed 0 --out "$R/files/proposed_h200"
-  step 22_pools_1gpu 180 env CUDA_VISIBLE_DEVICES=0 python3 bench/eval_pools.py --device cuda \
-    --backends triton --repeat 4 --workers 4 --out "$R/files/eval_pools_1gpu.json"
+if [ "$part" = speed ]; then  # ~9 min on 2 GPUs
+  two_lanes \
+    "11_repeatability 200 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json;
+     12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json;
+     13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json" \
+    "21_train_single_h200 170 $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200;
+     22_pools_1gpu 220 $PY bench/eval_pools.py --device cuda --problems throughput --repeat 2 --workers 8 --out $R/files/eval_pools_1gpu.json"
   if [ "$ngpu" -ge 2 ]; then
-    step 23_pools_2gpu_ray 100 env CUDA_VISIBLE_DEVICES=0,1 python3 bench/eval_pools.py --device cuda \
-      --backends triton --repeat 4 --workers 4 --modes ray --out "$R/files/eval_pools_2gpu.json"
+    step 23_pools_ray_2gpu 100 env CUDA_VISIBLE_DEVICES=0,1 $PY bench/eval_pools.py --device cuda \
+      --problems throughput --repeat 2 --workers 8 --modes ray --out "$R/files/eval_pools_2gpu.json"
   fi
 fi
 
-if [ "$part" = train ]; then  # ~8 min: CA-GRPO over 1 and 2 GPUs, the single-h200 preset
+if [ "$part" = train ]; then  # ~6 min on 2 GPUs
   gpus="1"; [ "$ngpu" -ge 2 ] && gpus="1 2"
-  step 31_train_scaling 200 python3 bench/train_scaling.py --gpus $gpus --configs ddp fsdp2 \
+  step 31_train_scaling 240 $PY bench/train_scaling.py --gpus $gpus --configs fsdp2 ddp \
     --steps 4 --tokens 64 --out "$R/files/train_scaling.json"
   if [ "$ngpu" -ge 2 ]; then
-    step 32_train_gpu_test 120 bash scripts/test.sh -m gpu tests/test_train_ca_grpo.py -p no:cacheprovider
+    step 32_train_gpu_test 130 bash scripts/test.sh -m gpu tests/test_train_ca_grpo.py -p no:cacheprovider
   fi
-  step 33_train_single_h200 170 env CUDA_VISIBLE_DEVICES=0 python3 -m kernelzero train \
-    --config single-h200 --out "$R/files/train_single_h200"
 fi
 echo "part $part done in $(( $(date +%s) - t_all ))s" | tee -a "$R/summary.txt"
 save

@@ -3,12 +3,14 @@
 Each sub-command lives in `kernelzero/commands/<name>_cmd.py` with `register(subparsers)` (adds its
 parser, keeps imports light) and a `run(args) -> int`. Exit codes: 0 when the command did its job
 (a verdict of any status counts), 2 for usage errors, 1 when KernelZero itself broke. No traceback
-is printed unless `--debug`.
+is printed unless `--debug`. `KZ_DUMP_STACKS_AFTER_S=N` prints every thread's stack after N s
+(for a run that seems stuck).
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Order is the order of `kernelzero --help`.
@@ -31,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("KZ_DUMP_STACKS_AFTER_S"):  # debugging a hang: every thread's stack, once
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["KZ_DUMP_STACKS_AFTER_S"]), exit=False)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

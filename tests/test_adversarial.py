@@ -208,7 +208,10 @@ def test_real_evaluator_accepts_legit(f: Fixture, policy: str, batches):
 # ------------------------------------------------------- (d) resource abuse, then business as usual
 @pytest.fixture(scope="module")
 def abuse_evaluator():
-    ev = Evaluator(EvalConfig(device="cpu", policy="strict", max_workers=2,
+    # On a GPU run (KZ_ADV_DEVICE=cuda) the abuse happens on the GPU: a kernel that never ends
+    # hangs the device, not an interpreter loop, and the next case must still be judged normally.
+    device = "cuda" if os.environ.get("KZ_ADV_DEVICE") == "cuda" else "cpu"
+    ev = Evaluator(EvalConfig(device=device, policy="strict", max_workers=2,
                               load_timeout_s=ABUSE_LOAD_TIMEOUT_S,
                               run_timeout_s=ABUSE_RUN_TIMEOUT_S))
     yield ev

@@ -18,6 +18,19 @@ def test_presets_load():
     assert load_config("single-h200").eval_config().device == "cuda"
 
 
+@pytest.mark.parametrize("preset", ["tiny-cpu", "single-h200"])
+def test_presets_leave_seed_tasks_to_train_on(preset):
+    """The held-out set comes from the same example tasks as the seed tasks: a preset that held
+    out all of them would start its first Coder phase with nothing to train on (the proposer's
+    pool is empty then), as single-h200 once did on the device."""
+    from kernelzero.tasks import load_tasks
+    from kernelzero.train.loop import EXAMPLE_TASKS
+
+    cfg = load_config(preset)
+    assert cfg.seed_tasks is None and cfg.heldout.tasks is None
+    assert 1 <= cfg.heldout.limit < len(load_tasks(EXAMPLE_TASKS))
+
+
 @pytest.mark.parametrize("data, match", [
     ({"coder": {"alpah": 0.5}}, "coder.alpah"),
     ({"rounds": 0}, "rounds"),
@@ -76,3 +89,13 @@ def test_held_out_tasks_are_not_trained_on(tmp_path):
     train = {t.hash for t in loop._seed_tasks()}
     held = {t.hash for t in loop._heldout_tasks()}
     assert train and held and not train & held
+
+
+def test_a_step_always_has_its_prompts():
+    """Fewer tasks than prompts per step: rows repeat, so TRL finds a full batch (it ended the
+    phase at step 0 otherwise)."""
+    from kernelzero.train.ca_grpo import fill_batch
+
+    rows = [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c"}]
+    assert fill_batch(rows, 4) == rows + rows[:1]
+    assert fill_batch(rows, 2) == rows and fill_batch([], 4) == []

@@ -88,14 +88,24 @@ def run(args) -> int:
                                      "cost": a.meta, "validation": a.figures}) + "\n")
         written = len(rep.accepted)
 
+    latest = None
+
     def progress(rep):
+        nonlocal latest
+        latest = rep
         save_new(rep)
         bar.n = len(rep.accepted)
         bar.set_postfix(tried=rep.candidates, rejected=sum(rep.rejections.values()))
         bar.refresh()
 
-    with Evaluator(EvalConfig(device=device, max_workers=args.workers)) as ev:
-        report = propose_modules(cfg, ev, candidates, dist, on_progress=progress)
+    try:
+        with Evaluator(EvalConfig(device=device, max_workers=args.workers)) as ev:
+            report = propose_modules(cfg, ev, candidates, dist, on_progress=progress)
+    except KeyboardInterrupt:
+        if latest is not None:  # what was rejected so far, for whoever stopped a slow run
+            print(f"\ninterrupted after {len(latest.accepted)} modules; so far: "
+                  + json.dumps(latest.summary()), file=sys.stderr)
+        raise
     save_new(report)
     bar.close()
     summary = {**report.summary(), "out": str(out), "target": args.target, "device": device,
@@ -119,14 +129,18 @@ def run(args) -> int:
 
 
 class _NoBar:
-    def __init__(self, *a, **k):
-        self.n = 0
+    """Without tqdm: one plain progress line per update, on stderr."""
+
+    def __init__(self, *a, total=None, disable=False, **k):
+        self.n, self.total, self.disable, self._post = 0, total, disable, {}
 
     def set_postfix(self, **k):
-        pass
+        self._post = k
 
     def refresh(self):
-        pass
+        if not self.disable:
+            extra = ", ".join(f"{k} {v}" for k, v in self._post.items())
+            print(f"validated {self.n}/{self.total} ({extra})", file=sys.stderr, flush=True)
 
     def close(self):
         pass

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"the reward service needs FastAPI and uvicorn: pip install "
                          f"'kernelzero[serve]' ({e})") from e
     from kernelzero.eval import EvalConfig
-    from kernelzero.eval.pools import make_pool
+    from kernelzero.eval.pools import make_pool, warm_up_in_background
 
     try:
         serve_cfg = ServeConfig(max_queue=args.max_queue, max_batch=args.max_batch,
@@ -126,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
         pool = make_pool(args.pool, eval_cfg, ray_address=args.ray_address)
     except ImportError as e:
         raise UsageError(str(e)) from e
+    warm_up_in_background(pool)
     print(f"kernelzero serve: {args.pool} pool on {eval_cfg.device} (policy {eval_cfg.policy}, "
           f"tolerance {eval_cfg.tolerance}), http://{args.host}:{args.port} "
           f"(auth: {'bearer token from $' + args.token_env if token else 'none'}; "

@@ -27,7 +27,10 @@ class EvalConfig:
     hardening_trials: three more trials whose float inputs are re-drawn from other distributions
         (signed normal, offset and scaled, heavy-tailed), counted where the reference stays finite.
     timing: whether to time on a GPU (ignored on CPU, where timing fields stay null).
-    timing_warmup: untimed calls before timing.
+    timing_warmup: untimed calls before timing: at least this many ...
+    timing_warmup_ms: ... and at least this much wall time of them, so that the GPU has left its
+        idle clocks before the first timed call (a few calls of a 0.1-ms kernel are not enough;
+        `triton.testing.do_bench` warms up for 25 ms).
     timing_min_trials / timing_max_trials: the stopping rule is "at least min trials, then stop
         once the IQR is within timing_rel_spread of the median, or max trials, or the budget".
     timing_budget_s: wall-clock budget for the timed calls of one module.
@@ -36,13 +39,15 @@ class EvalConfig:
     max_library_share: under `strict` on cuda, the largest share of a call's GPU kernel time that
         may run in vendor-library kernels (cuBLAS, cuDNN; see library_share.py); above it the
         candidate is `rejected` (`library_compute`), and the share is reported in the verdict.
-        None (the default until this check has been run on a GPU) profiles nothing; 0.5 is the
-        intended setting.
+        None profiles nothing.
     load_timeout_s: limit for importing/compiling a candidate and building it.
     run_timeout_s: limit for the correctness trials (all of them) and again for timing.
     max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
-    prestart: keep max_workers + 1 spare worker processes started (torch imported, CUDA ready)
-        so start-up is off the critical path; each process still judges exactly one module.
+    prestart: keep spare worker processes started (torch imported, CUDA ready) so start-up is
+        off the critical path; each process still judges exactly one module.
+    spares: how many (None: 2 max_workers + 2 on cuda, where a start takes seconds; max_workers
+        + 1 on the CPU). A batch needs one worker per candidate and one per new task: a spare
+        pool smaller than that starts the rest while the batch waits (`take_s` in phases_s).
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
@@ -59,17 +64,19 @@ class EvalConfig:
     hardening_trials: bool = True
     timing: bool = True
     timing_warmup: int = 3
+    timing_warmup_ms: float = 50.0
     timing_min_trials: int = 20
     timing_max_trials: int = 100
     timing_rel_spread: float = 0.02
     timing_budget_s: float = 5.0
     timing_checked_calls: int = 3
     compile_baseline: bool = False
-    max_library_share: float | None = None
+    max_library_share: float | None = 0.5
     load_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
     max_workers: int = 4
     prestart: bool = True
+    spares: int | None = None
     seed: int | None = None
     start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
@@ -92,6 +99,10 @@ class EvalConfig:
             raise ValueError("EvalConfig.max_library_share must be None or within [0, 1]")
         if self.max_workers < 1:
             raise ValueError("EvalConfig.max_workers must be >= 1")
+        if self.spares is not None and self.spares < 0:
+            raise ValueError("EvalConfig.spares must be >= 0 (or None for the default)")
+        if self.timing_warmup < 0 or self.timing_warmup_ms < 0:
+            raise ValueError("EvalConfig.timing_warmup and timing_warmup_ms must be >= 0")
         for name in ("load_timeout_s", "run_timeout_s", "timing_budget_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"EvalConfig.{name} must be positive")
@@ -99,8 +110,8 @@ class EvalConfig:
     # The knobs that change what a verdict says (not how fast it is reached): two judges agree on
     # a candidate only when these agree (the reward service reports them in /health).
     JUDGING_FIELDS = ("device", "backend", "policy", "tolerance", "correctness_trials",
-                      "hardening_trials", "timing", "timing_warmup", "timing_min_trials",
-                      "timing_max_trials", "timing_rel_spread", "timing_checked_calls",
+                      "hardening_trials", "timing", "timing_warmup", "timing_warmup_ms",
+                      "timing_min_trials", "timing_max_trials", "timing_rel_spread", "timing_checked_calls",
                       "compile_baseline", "max_library_share")
 
     def judging_settings(self) -> dict:

@@ -14,7 +14,9 @@ from dataclasses import asdict
 
 # How `worker.time` measures (bump when that changes: stored timings from another method are not
 # comparable). v2: events on the timing stream behind the L2 flush, after-stream work checked.
-TIMING_METHOD = "events-behind-flush-v2"
+# v3: the same, after a warm-up of at least `timing_warmup_ms` (GPU clocks up before timing),
+# with the GPU spinning before each start event while the host launches the call.
+TIMING_METHOD = "events-behind-flush-v3"
 
 
 def _version(pkg: str) -> str | None:
@@ -44,6 +46,6 @@ def env_key(env: dict) -> str:
 
 def ref_timing_key(task_hash: str, env: dict, cfg) -> str:
     parts = [task_hash, env.get("gpu"), env.get("torch"), TIMING_METHOD, cfg.timing_warmup,
-             cfg.timing_min_trials, cfg.timing_max_trials, cfg.timing_rel_spread,
-             cfg.compile_baseline]
+             cfg.timing_warmup_ms, cfg.timing_min_trials, cfg.timing_max_trials,
+             cfg.timing_rel_spread, cfg.compile_baseline]
     return "ref:" + hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]

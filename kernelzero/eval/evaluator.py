@@ -47,6 +47,7 @@ class ReferenceProbe:
     runtime_ms: Timing | None = None
     mutated_inputs: list[int] = field(default_factory=list)
     peak_mem_bytes: int | None = None
+    forward_peak_bytes: int | None = None
 
 
 def _plain(obj):
@@ -84,8 +85,9 @@ class Evaluator:
         # Every candidate takes a spare and every new task one more (its reference); on a GPU a
         # spare takes seconds to start (torch, CUDA context, library handles), so keep enough that
         # neither ever waits for one. The 2-core CPU case keeps the pool small.
-        n_spares = (2 * self.config.max_workers + 2 if self.config.device == "cuda"
-                    else self.config.max_workers + 1)
+        n_spares = self.config.spares if self.config.spares is not None else (
+            2 * self.config.max_workers + 2 if self.config.device == "cuda"
+            else self.config.max_workers + 1)
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
                                 size=n_spares if self.config.prestart else 0,
                                 start_method=self.config.worker_start)
@@ -107,6 +109,11 @@ class Evaluator:
         self.aborted = True
         for w in list(self._live):
             w.kill()
+
+    def warm_up(self, timeout_s: float = 300.0) -> int:
+        """Start the spare workers now and wait until they are ready (at most timeout_s); returns
+        how many are. Optional: without it the first batch starts them."""
+        return self.spares.fill(timeout_s)
 
     def judge(self, task: Task, candidate: Candidate) -> Verdict:
         t0 = time.perf_counter()
@@ -212,6 +219,7 @@ class Evaluator:
             True, outputs=[_flatten_outputs(r.outputs) for r in results],
             inputs=[_flatten_outputs(r.inputs) if r.inputs is not None else [] for r in results],
             runtime_ms=run.timing, peak_mem_bytes=run.peak_mem_bytes,
+            forward_peak_bytes=run.forward_peak_bytes,
             mutated_inputs=sorted({i for r in results for i in r.mutated}))
 
     def env(self) -> dict:
@@ -312,6 +320,7 @@ class Evaluator:
         then run and time it against the reference."""
         cfg = self.config
         build = self._tmp / "builds" / cand.hash  # one build cache per candidate source
+        t_take = time.perf_counter()
         try:
             w = self.spares.take("cand")
         except (WorkerDied, WorkerTimeout) as e:
@@ -326,7 +335,8 @@ class Evaluator:
             task_path = os.path.join(w.dir, f"task_{task.hash}.py")
             Path(task_path).write_text(task.source, encoding="utf-8")
             phase = "load"
-            phases: dict[str, float] = {}
+            # take_s: waiting for a worker (seconds when no spare was ready and one had to start)
+            phases: dict[str, float] = {"take_s": time.perf_counter() - t_take}
             try:
                 t0 = time.perf_counter()
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,

@@ -35,6 +35,15 @@ def make_pool(kind: str, config: EvalConfig, ray_address: str | None = None, **r
     raise ValueError(f"pool kind {kind!r}: choose one of {POOL_KINDS}")
 
 
+def warm_up_in_background(pool) -> None:
+    """Start a long-lived pool's spare workers now, off the caller's thread (a trainer or the
+    service then pays worker start-up while it loads models, not in its first batch)."""
+    if hasattr(pool, "warm_up"):
+        import threading
+
+        threading.Thread(target=pool.warm_up, name="kz-warm-up", daemon=True).start()
+
+
 def pool_kind(pool) -> str:
     """The kind of a pool ("local" for the Evaluator, else its `kind`, else its class name)."""
     kind = getattr(pool, "kind", None)

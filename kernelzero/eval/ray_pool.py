@@ -137,7 +137,10 @@ class RayPoolError(RuntimeError):
 
 def default_evaluator_factory(cfg: EvalConfig):
     from kernelzero.eval import Evaluator
-    return Evaluator(cfg)
+    from kernelzero.eval.pools import warm_up_in_background
+    ev = Evaluator(cfg)
+    warm_up_in_background(ev)
+    return ev
 
 
 class JudgeActor:
@@ -154,6 +157,9 @@ class JudgeActor:
 
     def ready(self) -> dict:
         return self.where
+
+    def warm_up(self, timeout_s: float) -> int:
+        return self.ev.warm_up(timeout_s) if hasattr(self.ev, "warm_up") else 0
 
     def judge(self, task, cand) -> tuple[Verdict, dict]:
         started = time.time()
@@ -432,6 +438,21 @@ class RayPool:
         if failures:
             raise RayPoolError(failures)
         return results  # type: ignore[return-value]
+
+    def warm_up(self, timeout_s: float = 300.0) -> int:
+        """Wait (at most timeout_s) until every actor the cluster has room for is up and its
+        spare workers are ready; returns the number of ready spares over all actors."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            with self._cond:
+                if self._broken:
+                    raise RuntimeError(self._broken)
+                actors = list(self._actors.values())
+                if actors and all(a.ready for a in actors):
+                    break
+            time.sleep(0.1)
+        refs = [a.handle.warm_up.remote(max(1.0, deadline - time.time())) for a in actors if a.ready]
+        return sum(self._ray.get(refs, timeout=max(1.0, deadline - time.time() + 5)))
 
     # -- state -------------------------------------------------------------------------------
     def health(self) -> dict:

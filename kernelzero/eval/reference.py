@@ -39,6 +39,7 @@ class ReferenceRun:
     gpu: str | None = None
     l2_bytes: int | None = None
     peak_mem_bytes: int | None = None
+    forward_peak_bytes: int | None = None  # one forward's inputs + its peak allocations (cuda)
     log_tail: str = ""
     schedule: Schedule | None = None
     io_bytes: int | None = None     # input + output bytes of one call (for the roofline bound)
@@ -78,7 +79,8 @@ def time_module(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule, l2_b
     """Send the `time` command (caller holds the GPU lock). Returns the raw reply."""
     flush = max(4 * (l2_bytes or 50 * 2**20), 64 * 2**20)
     msg = {"op": "time", "seeds": schedule.timing_seeds, "checked": checked or [],
-           "warmup": cfg.timing_warmup, "min_trials": cfg.timing_min_trials,
+           "warmup": cfg.timing_warmup,
+           "warmup_ms": cfg.timing_warmup_ms, "min_trials": cfg.timing_min_trials,
            "max_trials": cfg.timing_max_trials, "rel_spread": cfg.timing_rel_spread,
            "budget_s": cfg.timing_budget_s, "flush_bytes": flush, "compile": compile_}
     timeout = cfg.run_timeout_s + cfg.timing_budget_s + (cfg.load_timeout_s if compile_ else 0)
@@ -130,6 +132,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                 phases["build_run_s"] = time.perf_counter() - t1
             run.phases_s = phases
             run.peak_mem_bytes = reply.get("peak_mem_bytes")
+            run.forward_peak_bytes = reply.get("forward_peak_bytes")
             if results:
                 run.io_bytes = int(reply["trials"][0].get("input_bytes", 0)) + \
                     _nbytes(results[0].outputs)

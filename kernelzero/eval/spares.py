@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
+import time
 import weakref
 
 from kernelzero.eval.gpu_lock import gpu_lock_for
@@ -38,6 +39,19 @@ class SparePool:
             w = self._new()
         self._refill()
         return w
+
+    def fill(self, timeout_s: float) -> int:
+        """Start spares up to the pool size and wait (at most timeout_s) until they are ready,
+        so that a long-lived judge (a trainer, the service) pays start-up before its first batch.
+        Returns how many are ready."""
+        self._refill()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._starting == 0 or self._ready.qsize() >= self.size:
+                    break
+            time.sleep(0.05)
+        return self._ready.qsize()
 
     def _new(self) -> SandboxWorker:
         w = SandboxWorker(self.device, self.limits, self.work_root, name="w",

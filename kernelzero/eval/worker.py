@@ -78,6 +78,7 @@ def _capture_primitives(torch) -> dict:
     base = getattr(torch._C, "_CudaEventBase", None)
     return {"clock": time.perf_counter, "Event": torch.cuda.Event, "l2_reset": None,
             "sync": getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize),
+            "gpu_sleep": getattr(torch._C, "_cuda_sleep", None),  # spin `cycles` on the stream
             "record": getattr(base, "record", None) or (lambda ev, s: ev.record(s)),
             "elapsed": getattr(base, "elapsed_time", None) or (lambda a, b: a.elapsed_time(b)),
             "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize())}
@@ -297,7 +298,7 @@ class Worker:
         """Every other trial writes its fresh values into the first trial's buffers, so a result
         cached by input address (or by buffer identity) is wrong there."""
         torch = self.torch
-        base = None
+        base, peak_seen = None, 0
         for n, trial in enumerate(cmd["trials"]):
             seed, dist = int(trial["seed"]), trial.get("dist", "task")
             t_in = time.perf_counter()
@@ -319,12 +320,20 @@ class Worker:
             if cmd.get("return_inputs"):
                 entry["inputs"] = self._write(f"in_{seed}_{dist}.bin", pristine)
             t0 = time.perf_counter()
+            cuda = self.device == "cuda"
+            if cuda:  # this forward's own footprint: inputs + what it allocates at its peak
+                peak_seen = max(peak_seen, torch.cuda.max_memory_allocated())
+                held = torch.cuda.memory_allocated()
+                torch.cuda.reset_peak_memory_stats()
             try:
                 with torch.no_grad():
                     if cmd.get("log_ops") and not results:
                         out, entry["aten_ops"] = self._forward_logged(inputs)
                     else:
                         out = self.model(*inputs)
+                if cuda:
+                    entry["forward_peak_bytes"] = (entry["input_bytes"] +
+                                                   torch.cuda.max_memory_allocated() - held)
                 # Copy the outputs to the host in the order of the current stream *before* any
                 # device-wide synchronize: work left running on an unjoined side stream (which
                 # a real consumer of the output would race with) is then caught as wrong values.
@@ -355,7 +364,9 @@ class Worker:
             results.append(entry)
         reply = {"ok": True, "trials": results}
         if self.device == "cuda":
-            reply["peak_mem_bytes"] = int(torch.cuda.max_memory_allocated())
+            reply["peak_mem_bytes"] = int(max(peak_seen, torch.cuda.max_memory_allocated()))
+            reply["forward_peak_bytes"] = max((r.get("forward_peak_bytes", 0) for r in results),
+                                              default=0)
         if cmd.get("profile") and self.device == "cuda" and cmd["trials"]:
             # One more call, on the first trial's inputs, with its GPU kernels profiled. Not a
             # judged call: the profiler synchronizes on exit, which would hide unjoined work.
@@ -395,7 +406,9 @@ class Worker:
         listed in `checked` are written out; the caller does not know which those are in advance.
 
         Each call is bracketed by a start and an end event on the timing stream, right behind the
-        L2 flush (so neither the launch latency nor a synchronize's latency is inside), then a third event after a device-wide synchronize. The gap between the
+        L2 flush and a GPU-side spin that outlasts the host's launch of the call (so neither the
+        launch latency nor a synchronize's latency is inside; see _launch_lead), then a third
+        event after a device-wide synchronize. The gap between the
         end event and the third one is only the host's synchronize latency, unless work was left
         running after the call returned (an unjoined side stream, a background thread); the
         latency is calibrated with empty calls first, and when the gap exceeds it the times
@@ -413,10 +426,20 @@ class Worker:
                             device=self.device)
         try:
             base = self.make_inputs(int(seeds[0]))
+            # Warm up by count and by time: the first calls after an idle spell run at idle
+            # clocks, and a fixed count of a fast kernel ends before the clocks are up.
+            warm_n, warm_s = int(cmd.get("warmup", 3)), float(cmd.get("warmup_ms", 0.0)) / 1e3
+            t_warm, n, host_ms = prim["clock"](), 0, []
             with torch.no_grad():
-                for _ in range(int(cmd.get("warmup", 3))):
+                while n < warm_n or (prim["clock"]() - t_warm < warm_s and n < 10_000):
+                    t_call = prim["clock"]()
                     model(*base)
+                    host_ms.append(1e3 * (prim["clock"]() - t_call))
+                    n += 1
+                    if n % 8 == 0:
+                        prim["sync"]()  # so the wall clock tracks GPU time, not launch speed
             prim["sync"]()
+            lead = _launch_lead(prim, torch, host_ms[1:] or host_ms)
             stream = torch.cuda.current_stream()
             start, end, after = (prim["Event"](enable_timing=True) for _ in range(3))
             latency = _sync_latency_ms(prim, stream, end, after)
@@ -438,6 +461,8 @@ class Worker:
                 # launch latency (tens of microseconds for a Python launcher) is hidden, as in
                 # triton.testing.do_bench; host work longer than the flush is still counted.
                 flush.zero_()
+                if lead:  # the GPU spins while the host launches the call (see _launch_lead)
+                    prim["gpu_sleep"](lead)
                 with torch.no_grad():
                     prim["record"](start, stream)
                     out = model(*args)
@@ -463,7 +488,32 @@ class Worker:
         late = gap > latency + max(0.02, 0.05 * statistics.median(t_stream))
         times = [max(s, a - latency) for s, a in zip(t_stream, t_all)] if late else t_stream
         return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
+                "warmup_calls": n, "launch_lead_cycles": lead,
                 "sync_latency_ms": latency, "after_stream_gap_ms": gap}
+
+
+def _launch_lead(prim, torch, host_ms: list[float]) -> int:
+    """GPU cycles to spin before each timed call's start event: about twice the host time the
+    module's forward takes to launch (measured in the warm-up), 20 us to 2 ms.
+
+    Without it the GPU may reach the start event before the host has launched the call's first
+    kernel, and the launch latency is timed as if it were GPU work. For a Python launcher (Triton)
+    on a busy host that is tens to hundreds of microseconds, as much as a fast kernel itself:
+    speedups of the same kernel varied by 30-80% between evaluations (the device, 29 Nov 2026).
+    A forward that synchronises the host pays for it anyway (its events wait for the spin)."""
+    import statistics
+    if prim["gpu_sleep"] is None or not host_ms:
+        return 0
+    want_ms = min(2.0, max(0.02, 2.0 * statistics.median(host_ms) + 0.02))
+    start, end = prim["Event"](enable_timing=True), prim["Event"](enable_timing=True)
+    stream = torch.cuda.current_stream()
+    probe = 1_000_000
+    prim["record"](start, stream)
+    prim["gpu_sleep"](probe)
+    prim["record"](end, stream)
+    prim["ev_sync"](end)
+    ms = prim["elapsed"](start, end)
+    return int(probe * want_ms / ms) if ms > 0 else 0
 
 
 def _sync_latency_ms(prim, stream, end, after, n: int = 11) -> float:

@@ -184,6 +184,15 @@ def coder_rows(tasks: list[Task], backend: str, example: bool = True) -> list[di
              "task_id": t.hash} for t in tasks]
 
 
+def fill_batch(rows: list[dict], prompts_per_step: int) -> list[dict]:
+    """At least one step's prompts: with fewer rows than prompts_per_step, TRL's sampler finds
+    no complete batch and ends the phase at step 0 (seen with 3 seed tasks and 4 prompts per
+    step on the device). Rows are repeated in order; a task twice in a step is two groups."""
+    if not rows or len(rows) >= prompts_per_step:
+        return rows
+    return [rows[i % len(rows)] for i in range(prompts_per_step)]
+
+
 def fit_prompts(rows: list[dict], tokenizer, max_tokens: int) -> list[dict]:
     """The rows whose chat prompt is at most `max_tokens` tokens long (TRL 1.16 never truncates)."""
     keep = []
@@ -204,6 +213,9 @@ def run_coder_phase(cfg: TrainConfig, model_path: str, tasks: list[Task], judge:
 
     ca = cfg.coder
     by_id = {t.hash: t for t in tasks}
+    if not by_id:
+        raise ValueError("the Coder phase has no task to train on: the pool is empty and every seed "
+                         "task is held out (lower heldout.limit, or point seed_tasks at more tasks)")
     reward = EvaluatorReward(judge, by_id, to_candidate, ca, context=lambda: dict(context))
     args = grpo_args(str(out_dir), group_size=ca.group_size, prompts_per_step=ca.prompts_per_step,
                      max_steps=cfg.coder_steps, learning_rate=ca.learning_rate, loss_type=ca.loss_type,
@@ -215,6 +227,7 @@ def run_coder_phase(cfg: TrainConfig, model_path: str, tasks: list[Task], judge:
     rows = fit_prompts(coder_rows(list(by_id.values()), ca.backend, ca.prompt_example), tok, ca.max_prompt_tokens)
     if not rows:
         raise ValueError(f"every Coder prompt is longer than coder.max_prompt_tokens={ca.max_prompt_tokens}")
+    rows = fill_batch(rows, ca.prompts_per_step)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     trainer = CAGRPOTrainer(model=model, reward=reward, ca=ca, args=args, train_dataset=Dataset.from_list(rows),
                             processing_class=tok, callbacks=callbacks)

@@ -36,7 +36,8 @@ class CAGRPOConfig:
     s_max: cap of the speed score (speedups above it score s_max).
     speed_transform: `clip` (speedup clipped to [0, s_max], the paper's), `log` or `excess`.
     group_size: G, completions sampled per prompt (TRL's num_generations).
-    prompts_per_step: distinct tasks per optimizer step (global batch = prompts_per_step * G).
+    prompts_per_step: tasks per optimizer step (global batch = prompts_per_step * G; repeated
+        when the phase has fewer tasks).
     loss_type: TRL loss aggregation (`grpo`, `dr_grpo`, `dapo`, ...).
     learning_rate: AdamW learning rate.
     kl_coef: KL penalty to the reference model (TRL's `beta`; 0 loads no reference model).

@@ -111,8 +111,11 @@ class Loop:
                 path = self.out / "models" / f"{role}-init"
                 done = path / "kernelzero_tiny.json"  # written last by build_tiny_model
                 if self.rank == 0 and not done.exists():
+                    phase = getattr(self.cfg, role)  # positions for its longest prompt + answer
+                    positions = max(4096, phase.max_prompt_tokens + phase.max_completion_tokens)
                     build_tiny_model(path, seed=self.cfg.seed + (0 if role == "coder" else 1),
-                                     hidden_size=self.cfg.tiny_size[0], num_layers=self.cfg.tiny_size[1])
+                                     hidden_size=self.cfg.tiny_size[0], num_layers=self.cfg.tiny_size[1],
+                                     max_position_embeddings=positions)
                 deadline = time.time() + 600
                 while not done.exists() and time.time() < deadline:  # other ranks: wait for rank 0
                     time.sleep(0.5)
@@ -135,6 +138,7 @@ class Loop:
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
         from kernelzero.eval import Evaluator
+        from kernelzero.eval.pools import warm_up_in_background
 
         t0 = time.perf_counter()
         if self.cfg.torch_threads:
@@ -147,6 +151,8 @@ class Loop:
             pool = None if local else stack.enter_context(
                 open_pool(self.cfg.reward, self.cfg.eval_config()))
             self.evaluator = stack.enter_context(Evaluator(self.cfg.eval_config()))
+            if local:  # worker start-up overlaps model loading
+                warm_up_in_background(self.evaluator)
             self.judge = Judge(self.evaluator if local else pool, self.cache)
             self._models()
             if self.rank == 0:

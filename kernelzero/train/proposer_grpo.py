@@ -138,7 +138,7 @@ def run_proposer_phase(cfg: TrainConfig, model_path: str, rows: list[dict], rewa
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
-    from kernelzero.train.ca_grpo import fit_prompts, grpo_args
+    from kernelzero.train.ca_grpo import fill_batch, fit_prompts, grpo_args
     from kernelzero.train.checkpoint import OptimizerCarryMixin
     from kernelzero.train.steplog import PhaseTimerMixin, quiet
 
@@ -156,6 +156,7 @@ def run_proposer_phase(cfg: TrainConfig, model_path: str, rows: list[dict], rewa
     rows = fit_prompts(rows, tok, pc.max_prompt_tokens)
     if not rows:
         raise ValueError(f"every Proposer prompt is longer than proposer.max_prompt_tokens={pc.max_prompt_tokens}")
+    rows = fill_batch(rows, pc.prompts_per_step)
     trainer = ProposerTrainer(model=AutoModelForCausalLM.from_pretrained(model_path), reward_funcs=[reward],
                               args=args, train_dataset=Dataset.from_list(rows), processing_class=tok,
                               callbacks=callbacks)
