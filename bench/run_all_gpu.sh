@@ -8,7 +8,7 @@
 #                                                # then the Ray pool on 2 GPUs
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
 #
-# KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the x2 throughput runs;
+# KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
 # KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse);
 # KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit.
 # Each step has its own time limit and log (RESULTS_DIR/files/NN_step.log); a failing step does
@@ -60,8 +60,8 @@ SM=${KZ_START_METHOD:-auto}
 
 if [ "$part" = eval ]; then  # ~8.5 min on 2 GPUs
   two_lanes \
-    "01_gpu_tests 250 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider;
-     03_throughput_x1 220 bash -c '$TP --scales 1 --clocks cold warm --start-method spawn --out $R/files/tp_x1_spawn.json && $TP --scales 1 --clocks cold warm --start-method fork --out $R/files/tp_x1_fork.json'" \
+    "01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider;
+     03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json" \
     "02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-};
      04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-180} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-4} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
 fi

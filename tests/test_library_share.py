@@ -29,3 +29,26 @@ def test_nothing_usable_gives_none():
     assert library_share([["relu_kernel", 0.0]]) == (None, [])
     assert library_share("garbage") == (None, [])
     assert library_share([["x", "not a number"]]) == (None, [])
+
+
+def test_the_library_check_runs_after_the_verdict_and_can_reject_it(monkeypatch):
+    """The profiled call is its own worker request, made once a candidate is otherwise correct
+    (after its timing on a GPU, so nothing the profiler leaves behind touches timed calls). On
+    the CPU the profiler sees no CUDA kernel: the share is None and the verdict stands; a share
+    above the limit turns it into `rejected` (`library_compute`)."""
+    import os
+
+    from kernelzero.eval import EvalConfig, Evaluator, library_share as ls
+    from kernelzero.tasks import Candidate, Task
+
+    ex = os.path.join(os.path.dirname(__file__), "..", "kernelzero", "examples")
+    task = Task.from_file(os.path.join(ex, "tasks/level1/1_ReLU.py"))
+    good = Candidate.from_file(os.path.join(ex, "candidates/level_1_problem_1_sample_0_kernel.py"))
+    with Evaluator(EvalConfig(device="cpu", max_workers=1, max_library_share=0.5)) as ev:
+        monkeypatch.setattr(Evaluator, "_profiles", lambda self: True)
+        v = ev.judge(task, good)
+        assert v.status == "correct" and v.library_share is None, (v.status, v.reason)
+        monkeypatch.setattr(ls, "library_share", lambda kernels: (0.9, ["ampere_sgemm_128x64_nn"]))
+        v = ev.judge(task, Candidate(source=good.source + "\n# another copy\n"))
+        assert v.status == "rejected" and v.flags == ["library_compute"] and v.library_share == 0.9
+        assert "90%" in v.reason and "ampere_sgemm" in v.reason

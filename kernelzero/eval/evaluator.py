@@ -374,6 +374,10 @@ class Evaluator:
                         phases["timing_s"] = time.perf_counter() - t4
                 elif v is None:
                     v = self._correct_verdict(backend, None, ref, stats)
+                if v.status == "correct" and self._profiles():
+                    phase = "run"
+                    with gpu_lock_for(cfg.device, shared=True):
+                        v = self._library_check(w, ref, backend, v)
                 v.log_tail = w.log_tail()
                 v.phases_s = {k: round(x, 4) for k, x in phases.items()}
                 return v
@@ -401,10 +405,8 @@ class Evaluator:
         cfg = self.config
         trials = list(ref.trials)
         t0 = time.perf_counter()
-        profile = cfg.policy == "strict" and cfg.device == "cuda" and cfg.max_library_share is not None
         reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials], "poison": True,
-                           "log_ops": cfg.policy == "strict", "profile": profile},
-                          cfg.run_timeout_s)
+                           "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
         phases["run_s"] = time.perf_counter() - t0
         phases.update(_worker_breakdown(reply))
         t0 = time.perf_counter()
@@ -423,16 +425,6 @@ class Evaluator:
                                reason="strict policy: ModelNew.forward ran PyTorch compute ops "
                                       f"({', '.join(bad[:6])}); compute must happen in its own "
                                       "kernels"), None
-        share = None
-        if profile:
-            from kernelzero.eval.library_share import library_share
-            share, lib_names = library_share(reply.get("kernels") or [])
-            if share is not None and share > cfg.max_library_share:
-                return Verdict(status="rejected", backend=backend, flags=["library_compute"],
-                               library_share=share,
-                               reason=f"strict policy: {100 * share:.0f}% of the call's GPU time ran "
-                                      f"in vendor-library kernels ({', '.join(lib_names[:3])}); "
-                                      "compute must happen in its own kernels"), None
         results = decode_trials(w, reply)
         if len(results) != len(trials):
             return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
@@ -446,7 +438,7 @@ class Evaluator:
                 return v, None
             worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
         phases["check_s"] = time.perf_counter() - t0
-        return None, (len(trials), worst_abs, worst_rel, share)
+        return None, (len(trials), worst_abs, worst_rel)
 
     def _check_trial(self, exp, got, label: str, backend: str, passed: int):
         cfg = self.config
@@ -521,11 +513,33 @@ class Evaluator:
             v.flags.append("work_after_stream")
         return v
 
+    def _profiles(self) -> bool:
+        c = self.config
+        return c.policy == "strict" and c.device == "cuda" and c.max_library_share is not None
+
+    def _library_check(self, w, ref: ReferenceRun, backend: str, v: Verdict) -> Verdict:
+        """Strict policy, runtime evidence: the share of one profiled call's GPU time spent in
+        vendor-library kernels. Asked for after the timing, so that nothing the profiler leaves
+        in the worker can slow the timed calls."""
+        from kernelzero.eval.library_share import library_share
+
+        first = next(iter(ref.trials))  # the first correctness trial's inputs
+        reply = w.request({"op": "profile", **first.as_dict()}, self.config.run_timeout_s)
+        share, lib_names = library_share(reply.get("kernels") or [])
+        if share is not None and share > self.config.max_library_share:
+            return Verdict(status="rejected", backend=backend, flags=["library_compute"],
+                           library_share=share, trials_run=v.trials_run,
+                           reason=f"strict policy: {100 * share:.0f}% of the call's GPU time ran "
+                                  f"in vendor-library kernels ({', '.join(lib_names[:3])}); "
+                                  "compute must happen in its own kernels")
+        v.library_share = share
+        return v
+
     def _correct_verdict(self, backend: str, timing: Timing | None, ref: ReferenceRun,
                          stats) -> Verdict:
-        n, worst_abs, worst_rel, share = stats
+        n, worst_abs, worst_rel = stats
         v = Verdict(status="correct", backend=backend, trials_run=n, trials_passed=n,
-                    max_abs_err=worst_abs, max_rel_err=worst_rel, library_share=share,
+                    max_abs_err=worst_abs, max_rel_err=worst_rel,
                     reason=f"all {n} correctness trials matched the reference "
                            f"(max abs err {worst_abs:.2g})")
         if timing is not None:

@@ -367,17 +367,22 @@ class Worker:
             reply["peak_mem_bytes"] = int(max(peak_seen, torch.cuda.max_memory_allocated()))
             reply["forward_peak_bytes"] = max((r.get("forward_peak_bytes", 0) for r in results),
                                               default=0)
-        if cmd.get("profile") and self.device == "cuda" and cmd["trials"]:
-            # One more call, on the first trial's inputs, with its GPU kernels profiled. Not a
-            # judged call: the profiler synchronizes on exit, which would hide unjoined work.
-            first = cmd["trials"][0]
-            try:
-                inputs = self.make_inputs(int(first["seed"]), first.get("dist", "task"))
-                from kernelzero.eval.library_share import KernelProfile
-                with torch.no_grad(), KernelProfile(torch, reply):
-                    self.model(*inputs)
-            except BaseException as e:  # noqa: BLE001 - evidence missing, not a verdict
-                reply["profile_error"] = _one_line(e)
+        return reply
+
+    def profile(self, cmd: dict) -> dict:
+        """One more call, on the given trial's inputs, with its GPU kernels profiled (the
+        library-share evidence of the strict policy). Not a judged call: the profiler
+        synchronizes on exit, which would hide unjoined work. Sent after the timing, so that
+        whatever the profiler leaves in the process cannot touch the timed calls."""
+        torch = self.torch
+        reply = {"ok": True}
+        try:
+            inputs = self.make_inputs(int(cmd["seed"]), cmd.get("dist", "task"))
+            from kernelzero.eval.library_share import KernelProfile
+            with torch.no_grad(), KernelProfile(torch, reply):
+                self.model(*inputs)
+        except BaseException as e:  # noqa: BLE001 - evidence missing, not a verdict
+            reply["profile_error"] = _one_line(e)
         return reply
 
     def _forward_logged(self, inputs):
@@ -620,7 +625,8 @@ def main() -> None:
         if op == "exit":
             break
         handler = {"load": worker.load, "build": worker.build, "run": worker.run,
-                   "time": worker.time, "warm": worker.warm}.get(op)
+                   "time": worker.time, "warm": worker.warm,
+                   "profile": worker.profile}.get(op)
         worker._keep.clear()  # the judge has copied everything shared for the last command
         if handler is None:
             _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
