@@ -15,6 +15,7 @@ import weakref
 
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.worker import GPU_WARM_STAGES
 
 
 class SparePool:
@@ -58,10 +59,13 @@ class SparePool:
                           start_method=self.start_method)
         try:
             w.start()
+            w.request({"op": "warm", "device": self.device, "stages": ["imports"]}, 120)
             # Creating a CUDA context and library handles would disturb a timing in progress; it
-            # does not disturb other modules' correctness trials (shared).
-            with gpu_lock_for(self.device, shared=True):
-                w.request({"op": "warm", "device": self.device}, 120)
+            # does not disturb other modules' correctness trials (shared). One stage per hold,
+            # so a timing that queues waits for one stage, not a whole start-up.
+            for stage in GPU_WARM_STAGES if self.device == "cuda" else ():
+                with gpu_lock_for(self.device, shared=True):
+                    w.request({"op": "warm", "device": self.device, "stages": [stage]}, 120)
         except (WorkerDied, WorkerTimeout):
             w.close()
             raise

@@ -72,6 +72,10 @@ def _import_file(path: str, name: str):
     return mod
 
 
+WARM_STAGES = ("imports", "context", "libraries", "dry_run")
+GPU_WARM_STAGES = ("context", "libraries", "dry_run")  # the judge holds the GPU (shared) for these
+
+
 def _capture_primitives(torch) -> dict:
     """Timing primitives taken before untrusted code loads. The C-level methods of
     `_CudaEventBase` cannot be monkeypatched (built-in type), unlike `torch.cuda.Event`'s."""
@@ -151,24 +155,29 @@ class Worker:
 
     # ------------------------------------------------------------------ commands
     def warm(self, cmd: dict) -> dict:
-        """Pay start-up costs before any untrusted code arrives (CUDA context, cuBLAS and cuDNN
-        handles, the common kernels' lazy module loading, the Triton import), so a candidate's
-        first correctness trial does not pay them inside the judge's GPU phases. The judge holds
-        the GPU (shared) while a spare does this."""
+        """Pay start-up costs before any untrusted code arrives (the Triton import, the CUDA
+        context, cuBLAS and cuDNN handles, the common kernels' lazy module loading, the `run`
+        path), so a candidate's first correctness trial does not pay them inside the judge's GPU
+        phases. `stages` (default: all, in WARM_STAGES order) lets the judge hold the GPU
+        (shared) for each GPU stage separately: a timing then waits for one short stage, not a
+        whole start-up (spares.SparePool)."""
         t0 = time.perf_counter()
-        if cmd.get("device") == "cuda":
-            torch = self.torch
-            torch.cuda.init()
+        cuda = cmd.get("device") == "cuda"
+        for stage in cmd.get("stages") or WARM_STAGES:
             try:
-                _warm_cuda_libraries(torch)
-                self._dry_run(cmd.get("transfer", "ipc"))
+                if stage == "imports":
+                    import triton  # noqa: F401
+                elif cuda and stage == "context":
+                    self.torch.cuda.init()
+                    self.torch.zeros(1, device="cuda")  # the context is made at the first use
+                elif cuda and stage == "libraries":
+                    _warm_cuda_libraries(self.torch)
+                elif cuda and stage == "dry_run":
+                    self._dry_run(cmd.get("transfer", "ipc"))
             except Exception:  # noqa: BLE001 - a warm-up miss only costs time later
                 pass
-            torch.cuda.synchronize()
-        try:
-            import triton  # noqa: F401
-        except ImportError:
-            pass
+            if cuda and stage in GPU_WARM_STAGES:
+                self.torch.cuda.synchronize()
         return {"ok": True, "warm_ms": (time.perf_counter() - t0) * 1e3}
 
     def _dry_run(self, transfer: str) -> None:
