@@ -22,6 +22,10 @@ import sys
 import time
 import traceback
 
+# Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
+from kernelzero.eval.library_share import KernelProfile
+from kernelzero.eval.timer import capture_primitives, l2_reset_function, time_calls
+
 _REPLY = None  # file object on the private reply fd
 
 
@@ -76,36 +80,11 @@ WARM_STAGES = ("imports", "context", "libraries", "dry_run")
 GPU_WARM_STAGES = ("context", "libraries", "dry_run")  # the judge holds the GPU (shared) for these
 
 
-def _capture_primitives(torch) -> dict:
-    """Timing primitives taken before untrusted code loads. The C-level methods of
-    `_CudaEventBase` cannot be monkeypatched (built-in type), unlike `torch.cuda.Event`'s."""
-    base = getattr(torch._C, "_CudaEventBase", None)
-    return {"clock": time.perf_counter, "Event": torch.cuda.Event, "l2_reset": None,
-            "sync": getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize),
-            "gpu_sleep": getattr(torch._C, "_cuda_sleep", None),  # spin `cycles` on the stream
-            "record": getattr(base, "record", None) or (lambda ev, s: ev.record(s)),
-            "elapsed": getattr(base, "elapsed_time", None) or (lambda a, b: a.elapsed_time(b)),
-            "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize())}
-
-
-def _l2_reset_function():
-    """cudaCtxResetPersistingL2Cache from the CUDA runtime torch already loaded (best effort)."""
-    import ctypes
-    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
-        try:
-            fn = ctypes.CDLL(name).cudaCtxResetPersistingL2Cache
-            fn.restype = ctypes.c_int
-            return fn
-        except (OSError, AttributeError):
-            continue
-    return None
-
-
 class Worker:
     def __init__(self):
         import torch
         self.torch = torch
-        self.primitives = _capture_primitives(torch)
+        self.primitives = capture_primitives(torch)
         self.device = "cpu"
         self.ref = None        # the reference module (for get_inputs / get_init_inputs)
         self.cand = None       # the candidate module (ModelNew)
@@ -231,7 +210,7 @@ class Worker:
         torch = self.torch
         if self.device == "cuda":
             torch.cuda.init()
-            self.primitives["l2_reset"] = _l2_reset_function()
+            self.primitives["l2_reset"] = l2_reset_function()
         phase = "init"
         try:
             seed = int(cmd.get("init_seed", 0))
@@ -387,7 +366,6 @@ class Worker:
         reply = {"ok": True}
         try:
             inputs = self.make_inputs(int(cmd["seed"]), cmd.get("dist", "task"))
-            from kernelzero.eval.library_share import KernelProfile
             with torch.no_grad(), KernelProfile(torch, reply):
                 self.model(*inputs)
         except BaseException as e:  # noqa: BLE001 - evidence missing, not a verdict
@@ -413,137 +391,12 @@ class Worker:
         return out, sorted(ops)
 
     def time(self, cmd: dict) -> dict:
-        """Time forward calls with CUDA events; fresh inputs every call, L2 flushed before each.
-
-        Even-numbered calls copy the fresh values into the first call's buffers (so a cache keyed
-        on addresses is wrong there), odd-numbered calls use new buffers. The outputs of the calls
-        listed in `checked` are written out; the caller does not know which those are in advance.
-
-        Each call is bracketed by a start and an end event on the timing stream, right behind the
-        L2 flush and a GPU-side spin that outlasts the host's launch of the call (so neither the
-        launch latency nor a synchronize's latency is inside; see _launch_lead), then a third
-        event after a device-wide synchronize. The gap between the
-        end event and the third one is only the host's synchronize latency, unless work was left
-        running after the call returned (an unjoined side stream, a background thread); the
-        latency is calibrated with empty calls first, and when the gap exceeds it the times
-        include that work (`work_after_stream`).
-        """
-        torch = self.torch
-        model = self.model
-        prim = self.primitives  # captured before any untrusted code was imported
-        if cmd.get("compile"):
-            model = torch.compile(model)
-        seeds, checked = cmd["seeds"], set(cmd.get("checked", []))
-        min_n, max_n = int(cmd["min_trials"]), min(int(cmd["max_trials"]), len(seeds))
-        rel_spread, budget = float(cmd["rel_spread"]), float(cmd["budget_s"])
-        flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
-                            device=self.device)
+        """Time forward calls (kernelzero/eval/timer.py: `time_calls`)."""
         try:
-            base = self.make_inputs(int(seeds[0]))
-            # Warm up by count and by time: the first calls after an idle spell run at idle
-            # clocks, and a fixed count of a fast kernel ends before the clocks are up.
-            warm_n, warm_s = int(cmd.get("warmup", 3)), float(cmd.get("warmup_ms", 0.0)) / 1e3
-            t_warm, n, host_ms = prim["clock"](), 0, []
-            with torch.no_grad():
-                while n < warm_n or (prim["clock"]() - t_warm < warm_s and n < 10_000):
-                    t_call = prim["clock"]()
-                    model(*base)
-                    host_ms.append(1e3 * (prim["clock"]() - t_call))
-                    n += 1
-                    if n % 8 == 0:
-                        prim["sync"]()  # so the wall clock tracks GPU time, not launch speed
-            prim["sync"]()
-            lead = _launch_lead(prim, torch, host_ms[1:] or host_ms)
-            stream = torch.cuda.current_stream()
-            start, end, after = (prim["Event"](enable_timing=True) for _ in range(3))
-            latency = _sync_latency_ms(prim, stream, end, after)
-            t_stream, t_all, gaps, outputs = [], [], [], {}
-            t_start = prim["clock"]()
-            for i in range(max_n):
-                fresh = self.make_inputs(int(seeds[i]))
-                if i % 2 == 0:
-                    for b, f in zip(base, fresh):
-                        if isinstance(b, torch.Tensor):
-                            b.copy_(f)
-                    args = base
-                else:
-                    args = fresh
-                if prim["l2_reset"] is not None:
-                    prim["l2_reset"]()  # persisting-L2 lines would survive the flush
-                prim["sync"]()
-                # The flush also keeps the GPU busy while the host launches the call, so the
-                # launch latency (tens of microseconds for a Python launcher) is hidden, as in
-                # triton.testing.do_bench; host work longer than the flush is still counted.
-                flush.zero_()
-                if lead:  # the GPU spins while the host launches the call (see _launch_lead)
-                    prim["gpu_sleep"](lead)
-                with torch.no_grad():
-                    prim["record"](start, stream)
-                    out = model(*args)
-                    prim["record"](end, stream)
-                if i in checked:  # a stream-ordered copy, before any synchronize (see `run`)
-                    outputs[str(i)] = self._write(f"timed_{i}.bin", out)
-                prim["sync"]()
-                prim["record"](after, stream)
-                prim["ev_sync"](after)
-                t_stream.append(prim["elapsed"](start, end))
-                t_all.append(prim["elapsed"](start, after))
-                if i not in checked:
-                    gaps.append(t_all[-1] - t_stream[-1])
-                del out
-                if len(t_stream) >= min_n and (i + 1) > max(checked, default=-1):
-                    if prim["clock"]() - t_start > budget or _spread_ok(t_stream, rel_spread):
-                        break
+            return time_calls(self, cmd)
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": _classify(e, "time"), "reason": _one_line(e),
                     "detail": traceback.format_exc()[-2000:]}
-        import statistics
-        gap = statistics.median(gaps) if gaps else 0.0
-        late = gap > latency + max(0.02, 0.05 * statistics.median(t_stream))
-        times = [max(s, a - latency) for s, a in zip(t_stream, t_all)] if late else t_stream
-        return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-                "warmup_calls": n, "launch_lead_cycles": lead,
-                "sync_latency_ms": latency, "after_stream_gap_ms": gap}
-
-
-def _launch_lead(prim, torch, host_ms: list[float]) -> int:
-    """GPU cycles to spin before each timed call's start event: about twice the host time the
-    module's forward takes to launch (measured in the warm-up), 20 us to 2 ms.
-
-    Without it the GPU may reach the start event before the host has launched the call's first
-    kernel, and the launch latency is timed as if it were GPU work. For a Python launcher (Triton)
-    on a busy host that is tens to hundreds of microseconds, as much as a fast kernel itself:
-    speedups of the same kernel varied by 30-80% between evaluations (the device, 29 Nov 2026).
-    A forward that synchronises the host pays for it anyway (its events wait for the spin)."""
-    import statistics
-    if prim["gpu_sleep"] is None or not host_ms:
-        return 0
-    want_ms = min(2.0, max(0.02, 2.0 * statistics.median(host_ms) + 0.02))
-    start, end = prim["Event"](enable_timing=True), prim["Event"](enable_timing=True)
-    stream = torch.cuda.current_stream()
-    probe = 1_000_000
-    prim["record"](start, stream)
-    prim["gpu_sleep"](probe)
-    prim["record"](end, stream)
-    prim["ev_sync"](end)
-    ms = prim["elapsed"](start, end)
-    return int(probe * want_ms / ms) if ms > 0 else 0
-
-
-def _sync_latency_ms(prim, stream, end, after, n: int = 11) -> float:
-    """Median gap between an event recorded on an idle stream and one recorded right after a
-    device-wide synchronize: what the third event of a timed call adds when no work is left."""
-    import statistics
-    gaps = []
-    for _ in range(n):
-        prim["sync"]()
-        prim["record"](end, stream)
-        prim["sync"]()
-        prim["record"](after, stream)
-        prim["ev_sync"](after)
-        gaps.append(prim["elapsed"](end, after))
-    return statistics.median(gaps)
-
 
 def _warm_cuda_libraries(torch) -> None:
     """One small call of each library a module is likely to use: cuBLAS (fp32, fp16, bf16),
@@ -588,13 +441,6 @@ def _same(torch, a, b) -> bool:
     if a.is_floating_point() or a.is_complex():
         return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
     return bool(torch.equal(a, b))
-
-
-def _spread_ok(times: list[float], rel: float) -> bool:
-    import statistics
-    q = statistics.quantiles(times, n=4, method="inclusive")
-    med = statistics.median(times)
-    return med > 0 and (q[2] - q[0]) / med <= rel
 
 
 def _set_limits(cfg: dict) -> None:

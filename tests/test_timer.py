@@ -1,0 +1,71 @@
+"""The worker's timing loop (kernelzero/eval/timer.py) on the CPU, with host-clock stand-ins for
+CUDA events: the stopping rule, the checked outputs, the launch spin, and work left running after
+the call (a device-wide synchronize that has to wait) being caught as `work_after_stream`."""
+import time
+from types import SimpleNamespace
+
+import torch
+
+from kernelzero.eval.timer import spread_ok, time_calls
+
+
+class FakeGPU:
+    """Events read the host clock; `sync` also waits for work a module left 'running'."""
+
+    def __init__(self):
+        self.pending_s = 0.0
+        self.slept = []
+
+    def primitives(self) -> dict:
+        def record(ev, stream):
+            ev.t = time.perf_counter()
+
+        def sync():
+            time.sleep(self.pending_s)
+            self.pending_s = 0.0
+
+        return {"clock": time.perf_counter, "Event": lambda enable_timing: SimpleNamespace(t=0.0),
+                "stream": lambda: None, "sync": sync, "l2_reset": None, "record": record,
+                "gpu_sleep": lambda cycles: self.slept.append(cycles),
+                "elapsed": lambda a, b: 1e3 * (b.t - a.t), "ev_sync": lambda ev: None}
+
+
+def _worker(gpu: FakeGPU, model, written: list):
+    def write(name, out):
+        written.append(name)
+        return {"file": name}
+
+    return SimpleNamespace(torch=torch, primitives=gpu.primitives(), model=model, device="cpu",
+                           make_inputs=lambda seed: [torch.full((64,), float(seed))], _write=write)
+
+
+CMD = {"seeds": list(range(40)), "checked": [3, 7], "min_trials": 10, "max_trials": 40,
+       "rel_spread": 0.5, "budget_s": 5.0, "flush_bytes": 4096, "warmup": 3, "warmup_ms": 5.0}
+
+
+def test_a_plain_module_is_timed_and_its_checked_calls_written():
+    gpu, written = FakeGPU(), []
+    reply = time_calls(_worker(gpu, torch.nn.ReLU(), written), CMD)
+    assert reply["ok"] and not reply["work_after_stream"]
+    assert 8 <= len(reply["times_ms"]) <= 40 and min(reply["times_ms"]) >= 0
+    assert written == ["timed_3.bin", "timed_7.bin"]  # the stopping rule waits for them
+    assert reply["warmup_calls"] >= 3
+    assert reply["launch_lead_cycles"] > 0 and set(gpu.slept[1:]) == {reply["launch_lead_cycles"]}
+
+
+def test_work_left_running_after_the_call_is_counted_and_flagged():
+    gpu, written = FakeGPU(), []
+
+    class LeavesWork(torch.nn.Module):
+        def forward(self, x):
+            gpu.pending_s = 0.005  # 'still running' until the next device-wide synchronize
+            return x.relu()
+
+    reply = time_calls(_worker(gpu, LeavesWork(), written), CMD)
+    assert reply["work_after_stream"]
+    assert min(reply["times_ms"]) >= 4.0  # the 5 ms of unjoined work are inside every time
+
+
+def test_the_stopping_rule():
+    assert spread_ok([1.0, 1.0, 1.01, 1.0], 0.02)
+    assert not spread_ok([1.0, 2.0, 1.0, 2.0], 0.02)
