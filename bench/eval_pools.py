@@ -13,6 +13,8 @@ Wall time runs from the first submission to the last verdict; building a pool (s
 server, and every judge's spare workers) is reported apart as setup_s. Service overhead = service wall / local wall - 1, in %.
 All modes judge with the same EvalConfig.seed (so on the same inputs) and must reach the same
 status for every candidate; disagreements are listed with each mode's reason.
+For ray, the candidates and distinct tasks each actor judged are reported (`per_actor`); every
+task an actor judges costs it a reference, so `duplicate_references` is reference work done twice.
 
     python bench/eval_pools.py --device cpu --out runs/bench/eval_pools_cpu.json
     python bench/eval_pools.py --device cuda --backends triton --repeat 6 --out eval_pools_h200.json
@@ -98,9 +100,28 @@ def run_ray(cfg, batch, args):
         setup = time.perf_counter() - t0
         wall, verdicts = timed_judge(pool, batch)
         health = pool.health()
+        placed = list(pool.placements)[-len(batch):]
     return setup, wall, verdicts, {"nodes": health["nodes_alive"], "per_node": health["per_node"],
                                    "actors": health["actors"], "retried": health["retried"],
-                                   "worker_lost": health["worker_lost"]}
+                                   "worker_lost": health["worker_lost"],
+                                   **actor_spread(placed)}
+
+
+def actor_spread(placed: list[dict]) -> dict:
+    """Candidates and distinct tasks per Ray actor (by pid), from `RayPool.placements`. An
+    actor computes the reference of each task it judges (at least once: its evaluator may evict
+    and recompute it), so references beyond one per task are duplicated GPU work."""
+    per = {}
+    for p in placed:
+        a = per.setdefault(p["pid"], {"pid": p["pid"], "node_id": p.get("node_id"),
+                                      "gpu_ids": p.get("gpu_ids"), "candidates": 0, "tasks": set()})
+        a["candidates"] += 1
+        a["tasks"].add(p["task_hash"])
+    per_actor = [{**a, "tasks": len(a["tasks"])} for a in per.values()]
+    references = sum(a["tasks"] for a in per_actor)
+    distinct = len({p["task_hash"] for p in placed})
+    return {"per_actor": per_actor, "references": references,
+            "duplicate_references": references - distinct}
 
 
 def run_service(cfg, batch, args):
@@ -140,6 +161,13 @@ def run_service(cfg, batch, args):
 
 
 RUNNERS = {"local": run_local, "ray": run_ray, "service": run_service}
+
+
+def spread_line(r: dict) -> str:
+    actors = ", ".join(f"pid {a['pid']} gpu {','.join(a['gpu_ids'] or []) or '-'}: "
+                       f"{a['candidates']} cands / {a['tasks']} tasks" for a in r["per_actor"])
+    return (f"references {r['references']} ({r['duplicate_references']} duplicated) "
+            f"over {len(r['per_actor'])} actors [{actors}]")
 
 
 def main(argv=None) -> int:
@@ -199,6 +227,8 @@ def main(argv=None) -> int:
                          "statuses": dict(statuses), **extra}
         print(f"[{mode}] {wall:.2f} s, {results[mode]['candidates_per_min']:.1f} candidates/min "
               f"(setup {setup:.2f} s) {dict(statuses)}", file=sys.stderr, flush=True)
+        if "per_actor" in extra:
+            print(f"[{mode}] {spread_line(extra)}", file=sys.stderr, flush=True)
 
     disagreements = []
     if len(verdicts_by_mode) > 1:
@@ -232,6 +262,8 @@ def main(argv=None) -> int:
         line = r.get("skipped") or (f"{r['candidates_per_min']:8.1f} candidates/min  "
                                     f"wall {r['wall_s']:7.2f} s  setup {r['setup_s']:6.2f} s")
         print(f"{mode:8s} {line}")
+        if "per_actor" in r:
+            print(f"         {spread_line(r)}")
     if "service_overhead_pct" in summary:
         print(f"service overhead: {summary['service_overhead_pct']:+.1f}%")
     if disagreements:

@@ -96,6 +96,47 @@ def gpu_seconds(v, cfg) -> float:
     return calls * v.runtime_ms.median_ms / 1e3
 
 
+def lock_timeline(path: str, t0: float, t1: float) -> dict:
+    """From a KZ_GPU_LOCK_TRACE file: seconds of [t0, t1] (wall clock) in which the GPU lock was
+    held for timing (exclusive), held only for running modules (shared: correctness trials,
+    builds, spare start-ups), or not held at all; plus how long timings waited in total."""
+    holds: dict = {}
+    spans = {"exclusive": [], "shared": []}
+    waits: dict = {}
+    timing_wait = 0.0
+    for line in Path(path).read_text().splitlines() if os.path.exists(path) else []:
+        try:
+            ts, pid, tid, mode, event = line.split()
+            ts = float(ts)
+        except ValueError:
+            continue
+        key = (pid, tid, mode)
+        if event == "wait":
+            waits[key] = ts
+        elif event == "hold":
+            holds[key] = ts
+            if mode == "exclusive" and key in waits:
+                timing_wait += ts - waits.pop(key)
+        elif event == "free" and key in holds:
+            spans[mode].append((holds.pop(key), ts))
+    for key, ts in holds.items():  # still held at the end
+        spans[key[2]].append((ts, t1))
+
+    def union(iv):
+        total, end = 0.0, t0
+        for a, b in sorted((max(a, t0), min(b, t1)) for a, b in iv):
+            if b <= max(a, end):
+                continue
+            total += b - max(a, end)
+            end = b
+        return total
+
+    excl, any_ = union(spans["exclusive"]), union(spans["exclusive"] + spans["shared"])
+    return {"wall_s": t1 - t0, "timing_held_s": excl, "shared_only_s": any_ - excl,
+            "idle_s": (t1 - t0) - any_, "timing_wait_sum_s": timing_wait,
+            "timings": len(spans["exclusive"]), "shared_holds": len(spans["shared"])}
+
+
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
                scale: int = 1, warm: bool = False, spares: int | None = None) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
@@ -110,15 +151,20 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
     tasks = make_tasks(scale)[: 3 if quick else None]
     pairs = [(t, as_candidate(t, k)) for t in tasks for k in range(2)]
     warm_up_s, ready = None, None
-    t0 = time.perf_counter()
+    trace = tempfile.mktemp(prefix="kz-gpu-lock-", suffix=".trace")
+    os.environ["KZ_GPU_LOCK_TRACE"] = trace  # inherited by nothing untrusted: the judge writes it
+    t0, w0 = time.perf_counter(), time.time()
     with Evaluator(cfg) as ev:
         if warm:
             ready = ev.warm_up()
             warm_up_s = time.perf_counter() - t0
-            t0 = time.perf_counter()
+            t0, w0 = time.perf_counter(), time.time()
         verdicts = ev.judge_many(pairs)
         ref_phases = dict(ev.reference_phases)
-    wall = time.perf_counter() - t0
+        wall, w1 = time.perf_counter() - t0, time.time()
+    os.environ.pop("KZ_GPU_LOCK_TRACE", None)
+    gpu_lock = lock_timeline(trace, w0, w1)
+    Path(trace).unlink(missing_ok=True)
     cand_gpu = sum(gpu_seconds(v, cfg) for v in verdicts)
     ref_gpu = 0.0
     seen = set()
@@ -141,12 +187,12 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
-            "spares_ready": ready, "start_method": cfg.worker_start,
+            "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
             "transfer": cfg.transfer_mode,
             "gpu": verdicts[0].env.get("gpu"), "rows": rows}
 
 
-def repeatability(workers: int, save=None) -> dict:
+def repeatability(workers: int, save=None, names: list[str] | None = None) -> dict:
     ex = Path(__file__).resolve().parents[1] / "kernelzero" / "examples"
     big = {  # example candidates on KernelBench-sized versions of their tasks
         "relu_triton": ("tasks/level1/1_ReLU.py", "candidates/level_1_problem_1_sample_0_kernel.py",
@@ -158,6 +204,8 @@ def repeatability(workers: int, save=None) -> dict:
     }
     out = {}
     for name, (tpath, cpath, subs) in big.items():
+        if names and name not in names:
+            continue
         src = (ex / tpath).read_text()
         for a, b in subs.items():
             src = src.replace(a, b)
@@ -167,10 +215,12 @@ def repeatability(workers: int, save=None) -> dict:
             with Evaluator(EvalConfig(device="cuda", max_workers=workers)) as ev:
                 v = ev.judge(task, cand)
             speedups.append(v.speedup)
-            runs.append({"speedup": v.speedup, "flags": v.flags,
+            runs.append({"speedup": v.speedup, "flags": v.flags, "timing_details": v.timing_details,
                          "cand": dataclasses.asdict(v.runtime_ms) if v.runtime_ms else None,
                          "ref": dataclasses.asdict(v.ref_runtime_ms) if v.ref_runtime_ms else None})
             print(f"  {name}: speedup {v.speedup} ({v.status}; {v.reason[:100]})", flush=True)
+            for side, d in (v.timing_details or {}).items():
+                print(f"      {side}: " + ", ".join(f"{k} {x}" for k, x in d.items()), flush=True)
             out[name] = {"speedups": list(speedups), "runs": runs, "partial": True}
             if save:
                 save(out)
@@ -197,6 +247,8 @@ def main() -> None:
                          "per candidate and per task: 30 here)")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
+    ap.add_argument("--repeat-names", nargs="+", default=None,
+                    help="only these repeatability candidates (relu_triton relu_cuda softmax_triton)")
     ap.add_argument("--repeat-workers", type=int, default=2,
                     help="max_workers of the repeatability evaluators (one candidate each)")
     ap.add_argument("--transfer", default="auto", choices=["auto", "ipc", "host"])
@@ -215,7 +267,8 @@ def main() -> None:
                 report_throughput(tp)
     if not args.skip_repeat:
         res["repeatability"] = repeatability(
-            args.repeat_workers, save=lambda r: out.write_text(json.dumps({**res, "repeatability": r}, indent=2)))
+            args.repeat_workers, names=args.repeat_names,
+            save=lambda r: out.write_text(json.dumps({**res, "repeatability": r}, indent=2)))
         for name, r in res["repeatability"].items():
             print(f"  speedup {name:15s} {r['speedups']} spread {r['spread_pct']}% ({r['status']})")
     out.write_text(json.dumps(res, indent=2))
@@ -233,6 +286,11 @@ def report_throughput(tp: dict) -> None:
           f"(KernelBench's evaluator: 402 s / 19 s = 21x)")
     print("  summed per-candidate phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["phases_sum_s"].items()))
+    lk = tp.get("gpu_lock") or {}
+    if lk:
+        print(f"  GPU lock over the wall: timing {lk['timing_held_s']:.1f} s ({lk['timings']} timings), "
+              f"shared only {lk['shared_only_s']:.1f} s, idle {lk['idle_s']:.1f} s; timings waited "
+              f"{lk['timing_wait_sum_s']:.1f} s in all")
     print("  summed per-reference phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["reference_phases_sum_s"].items()))
 

@@ -3,14 +3,16 @@
 # (each fits a 10-minute slot on two H200s, running two lanes of steps side by side, one per GPU;
 # on one GPU the lanes run one after the other and steps that need two GPUs are skipped):
 #
-#   bash bench/run_all_gpu.sh eval  RESULTS_DIR  # GPU tests + throughput | adversarial + Proposer
-#   bash bench/run_all_gpu.sh speed RESULTS_DIR  # repeatability + throughput x2, spares | single-h200 + pools;
-#                                                # then the Ray pool on 2 GPUs
+#   bash bench/run_all_gpu.sh eval  RESULTS_DIR  # GPU tests + throughput x1 | adversarial + spares 30
+#   bash bench/run_all_gpu.sh speed RESULTS_DIR  # single-h200 + repeatability | Proposer + throughput x2
+#   bash bench/run_all_gpu.sh scale RESULTS_DIR  # the Ray pool on 1 GPU, then on 2 (nothing beside)
+#   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, spares 30, x2, adversarial | repeatability + GPU tests
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
 #
 # KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
 # KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse);
-# KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit.
+# KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit;
+# KZ_TRAIN_LIMIT_S the single-h200 round's limit; KZ_POOL_REPEAT the Ray batch (x 10 problems).
 # Each step has its own time limit and log (RESULTS_DIR/files/NN_step.log); a failing step does
 # not stop the others. RESULTS_DIR/results.tgz is rewritten after every step, so what finished is
 # kept even if the whole run is cut short (and copied to $KZ_SAVE_TO when set). KZ_ONLY (a regex)
@@ -18,8 +20,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -58,24 +60,34 @@ PY="python3"
 TP="$PY bench/eval_throughput.py --skip-repeat"
 SM=${KZ_START_METHOD:-auto}
 
+# Every step once: NAME LIMIT_S COMMAND (the parts below put them in lanes).
+S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider"
+S02="02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
+S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
+S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
+S11="11_repeatability 180 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
+S12="12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json"
+S13="13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
+S21="21_train_single_h200 ${KZ_TRAIN_LIMIT_S:-380} $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200"
+
 if [ "$part" = eval ]; then  # ~8.5 min on 2 GPUs
-  two_lanes \
-    "01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider;
-     03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json" \
-    "02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-};
-     04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-180} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-4} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
+  two_lanes "$S01; $S03" "$S02; $S13"
 fi
 
-if [ "$part" = speed ]; then  # ~9 min on 2 GPUs
-  two_lanes \
-    "11_repeatability 200 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json;
-     12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json;
-     13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json" \
-    "21_train_single_h200 170 $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200;
-     22_pools_1gpu 220 $PY bench/eval_pools.py --device cuda --problems throughput --repeat 2 --workers 8 --out $R/files/eval_pools_1gpu.json"
+if [ "$part" = speed ]; then  # ~9.5 min on 2 GPUs
+  two_lanes "$S21; $S11" "$S04; $S12"
+fi
+
+if [ "$part" = judge ]; then  # ~8.5 min on 2 GPUs: every judging and timing check, no training
+  two_lanes "$S03; $S13; $S12; $S02" "$S11; $S01"
+fi
+
+if [ "$part" = scale ]; then  # ~5 min on 2 GPUs: the Ray pool on 1 GPU, then on 2, machine otherwise idle
+  step 22_pools_ray_1gpu 150 env CUDA_VISIBLE_DEVICES=0 $PY bench/eval_pools.py --device cuda \
+    --problems throughput --repeat ${KZ_POOL_REPEAT:-4} --workers 8 --modes ray --out "$R/files/eval_pools_1gpu.json"
   if [ "$ngpu" -ge 2 ]; then
-    step 23_pools_ray_2gpu 100 env CUDA_VISIBLE_DEVICES=0,1 $PY bench/eval_pools.py --device cuda \
-      --problems throughput --repeat 2 --workers 8 --modes ray --out "$R/files/eval_pools_2gpu.json"
+    step 23_pools_ray_2gpu 150 env CUDA_VISIBLE_DEVICES=0,1 $PY bench/eval_pools.py --device cuda \
+      --problems throughput --repeat ${KZ_POOL_REPEAT:-4} --workers 8 --modes ray --out "$R/files/eval_pools_2gpu.json"
   fi
 fi
 

@@ -96,3 +96,31 @@ def test_lock_released_when_holder_dies():
     with GpuLock(name=name):
         pass
     assert time.monotonic() - t0 < 5
+
+
+def test_lock_trace_gives_the_timeline_of_timed_shared_and_idle_time(tmp_path, monkeypatch):
+    """KZ_GPU_LOCK_TRACE: the throughput benchmark's account of where a batch's wall time went."""
+    import importlib.util
+    import time
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "eval_throughput", Path(__file__).resolve().parents[1] / "bench" / "eval_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    trace = tmp_path / "lock.trace"
+    monkeypatch.setenv("KZ_GPU_LOCK_TRACE", str(trace))
+    lock = _name()
+    t0 = time.time()
+    with GpuLock(shared=True, name=lock):
+        time.sleep(0.2)
+    time.sleep(0.2)
+    with GpuLock(name=lock):
+        time.sleep(0.3)
+    t1 = time.time()
+    tl = bench.lock_timeline(str(trace), t0, t1)
+    assert tl["timings"] == 1 and tl["shared_holds"] == 1
+    assert 0.28 <= tl["timing_held_s"] <= 0.5
+    assert 0.18 <= tl["shared_only_s"] <= 0.35
+    assert 0.18 <= tl["idle_s"] <= 0.4
+    assert abs(tl["timing_held_s"] + tl["shared_only_s"] + tl["idle_s"] - (t1 - t0)) < 1e-6

@@ -4,6 +4,7 @@
 - GPU placement: with declared "GPU"s (Ray assigns ids and CUDA_VISIBLE_DEVICES) there is one
   judge per GPU and at most `runs_per_gpu` candidates on a GPU at once (and that many really run
   together); the same with a custom "kz_gpu" resource; a cluster without the resource is refused;
+- task affinity: with two judges, all candidates of a task go to one judge (one reference each);
 - a judging actor SIGKILLed mid-batch: the candidate is re-judged, delivered and stored once;
 - a candidate that kills its worker every time ends as `runtime_error` / `worker_lost`;
 - an evaluator bug raises RayPoolError after the rest of the batch is delivered;
@@ -181,6 +182,23 @@ def test_declared_gpus_packed_runs_per_gpu(local_ray, tmp_path):
     for gpu in ("0", "1"):
         assert max_overlap([(p["started"], p["ended"]) for p in placed
                             if p["gpu_ids"] == [gpu]]) <= 2
+
+
+def test_candidates_of_a_task_stay_on_one_judge(local_ray):
+    """Task affinity: each judge computes a task's reference once, so with two judges and
+    candidates of two tasks (interleaved), each task's candidates all go to one judge."""
+    tasks = [Task.from_source(f"ref {k}") for k in range(2)]
+    pairs = [(tasks[i % 2], Candidate(f"ok {i}")) for i in range(8)]
+    cfg = RayPoolConfig(use_gpus=True, runs_per_gpu=2, cpus_per_actor=0)
+    with RayPool(CPU, cfg, evaluator_factory=functools.partial(sleepy, 0.2)) as pool:
+        pool.warm_up(60)  # both judges ready, so the first candidates see both
+        assert all(v.correct for v in pool.judge_many(pairs))
+        placed = list(pool.placements)
+        health = pool.health()
+    pids = {t.hash: {p["pid"] for p in placed if p["task_hash"] == t.hash} for t in tasks}
+    assert all(len(p) == 1 for p in pids.values()), pids
+    assert pids[tasks[0].hash] != pids[tasks[1].hash]  # spread, not both on the first judge
+    assert sorted(a["tasks"] for a in health["actors"]) == [1, 1]
 
 
 def test_custom_gpu_resource_and_missing_resource(local_ray):

@@ -39,8 +39,7 @@ class EvalConfig:
     max_library_share: under `strict` on cuda, the largest share of a call's GPU kernel time that
         may run in vendor-library kernels (cuBLAS, cuDNN; see library_share.py); above it the
         candidate is `rejected` (`library_compute`), and the share is reported in the verdict.
-        None (the default until the GPU test of this check has passed on the device) profiles
-        nothing; 0.5 is the intended setting.
+        None profiles nothing (one profiled call per correct candidate is saved).
     load_timeout_s: limit for importing/compiling a candidate and building it.
     run_timeout_s: limit for the correctness trials (all of them) and again for timing.
     max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
@@ -72,7 +71,7 @@ class EvalConfig:
     timing_budget_s: float = 5.0
     timing_checked_calls: int = 3
     compile_baseline: bool = False
-    max_library_share: float | None = None
+    max_library_share: float | None = 0.5
     load_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
     max_workers: int = 4

@@ -16,7 +16,9 @@ from dataclasses import asdict
 # comparable). v2: events on the timing stream behind the L2 flush, after-stream work checked.
 # v3: the same, after a warm-up of at least `timing_warmup_ms` (GPU clocks up before timing),
 # with the GPU spinning before each start event while the host launches the call.
-TIMING_METHOD = "events-behind-flush-v3"
+# v4: the warm-up follows the timed calls' input pattern, and the spin grows once a call's
+# launch outlasts it.
+TIMING_METHOD = "events-behind-flush-v4"
 
 
 def _version(pkg: str) -> str | None:

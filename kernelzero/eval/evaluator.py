@@ -3,7 +3,8 @@
 The pipeline for one (task, candidate) pair, every step in the judge's own process except where
 it says "worker":
 1. static checks of the text (empty, no `ModelNew`, syntax error, CUDA code on a CPU machine);
-2. the reference runs once per task in its own worker on the secret seed schedule (cached);
+2. the reference runs once per task in its own worker on the secret seed schedule (cached;
+   its outputs are shared as soon as they exist, its timing follows: reference_cache.py);
 3. the candidate loads in a fresh worker (import, compile, build, reference weights loaded);
 4. correctness trials, then (on a GPU) timing with re-checked timed calls, the GPU held
    exclusively by this judge for both; outputs come back as bytes and are compared here;
@@ -15,7 +16,6 @@ for timing).
 """
 from __future__ import annotations
 
-import collections
 import os
 import threading
 import time
@@ -27,7 +27,9 @@ from kernelzero.eval.compare import compare_outputs
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
-from kernelzero.eval.reference import ReferenceRun, decode_trials, run_reference, time_module
+from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
+                                       timing_details)
+from kernelzero.eval.reference_cache import ReferenceCache
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
@@ -72,12 +74,12 @@ class Evaluator:
             threads=max(1, (os.cpu_count() or 1) // self.config.max_workers))
         self.ref_cache = ref_cache  # optional: get_ref_timing(key) / put_ref_timing(key, dict)
         self._secret = self.config.seed if self.config.seed is not None else new_secret()
-        self._refs: dict[str, ReferenceRun] = {}
-        self._ref_locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-        self._ref_done = threading.Condition(self._guard)  # a reference computed or released
-        self._pending: collections.Counter = collections.Counter()  # task hash -> candidates left
-        self.reference_phases: dict[str, dict] = {}  # task hash -> where its reference's time went
+        # Reference outputs can be large (and live in GPU memory on cuda): keep a few tasks.
+        self.references = ReferenceCache(
+            self._run_reference,
+            capacity=self.config.max_workers + 2 if self.config.device == "cuda" else 16)
+        # task hash -> where its reference's time went (diagnostics)
+        self.reference_phases: dict[str, dict] = self.references.phases
         self._tmp = Path(self.config.work_dir or _default_work_dir())
         self._tmp.mkdir(parents=True, exist_ok=True)
         self._gpu_name: str | None = _probe_gpu() if self.config.device == "cuda" else None
@@ -101,7 +103,7 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        self._refs.clear()
+        self.references.clear()
         self.spares.close()
 
     def abort(self) -> None:
@@ -134,10 +136,17 @@ class Evaluator:
         pairs = list(pairs)
         results: list[Verdict | None] = [None] * len(pairs)
         order = sorted(range(len(pairs)), key=lambda i: pairs[i][0].hash)
-        finished: set[int] = set()
-        with self._guard:
-            for t, _ in pairs:
-                self._pending[t.hash] += 1
+        released: set[int] = set()
+        release_guard = threading.Lock()
+        for t, _ in pairs:
+            self.references.expect(t.hash)
+
+        def release(i):
+            with release_guard:
+                if i in released:
+                    return
+                released.add(i)
+            self.references.release(pairs[i][0].hash)
 
         def work(i):
             try:
@@ -151,17 +160,18 @@ class Evaluator:
                     on_verdict(i, v)
                 return v
             finally:
-                with self._ref_done:
-                    finished.add(i)
-                    self._pending[pairs[i][0].hash] -= 1
-                    self._evict_references()
-                    self._ref_done.notify_all()
+                release(i)
 
         done = threading.Event()
         # Only tasks that some candidate will actually run against need their reference early.
-        tasks = list({pairs[i][0].hash: pairs[i][0] for i in order if self._static_verdict(
-            pairs[i][0], pairs[i][1], self._backend(pairs[i][1])) is None}.values())
-        prefetch = threading.Thread(target=self._prefetch_references, args=(tasks, done), daemon=True)
+        runs = [i for i in order if self._static_verdict(
+            pairs[i][0], pairs[i][1], self._backend(pairs[i][1])) is None]
+        tasks = list({pairs[i][0].hash: pairs[i][0] for i in runs}.values())
+        # A batch takes one worker per candidate and one per new task; spares beyond that would
+        # start (CPU- and GPU-heavy) while this batch is judged, for nobody.
+        self.spares.expect(len(runs) + len(tasks))
+        prefetch = threading.Thread(target=self.references.prefetch, daemon=True,
+                                    args=(tasks, lambda: done.is_set() or self.aborted))
         prefetch.start()
         pool = ThreadPoolExecutor(max_workers=self.config.max_workers)
         try:
@@ -177,30 +187,12 @@ class Evaluator:
             raise
         finally:
             done.set()
-            with self._ref_done:
-                for i in set(range(len(pairs))) - finished:  # futures cancelled before they ran
-                    self._pending[pairs[i][0].hash] -= 1
-                self._evict_references()
-                self._ref_done.notify_all()
+            for i in range(len(pairs)):  # futures cancelled before they ran
+                release(i)
+            self.spares.expect(None)
         pool.shutdown(wait=True)
         prefetch.join(timeout=1)
         return results  # type: ignore[return-value]
-
-    def _prefetch_references(self, tasks: list[Task], done: threading.Event) -> None:
-        """Compute references in task order while candidates load; stay within the cache."""
-        for task in tasks:
-            with self._ref_done:
-                while not (done.is_set() or self.aborted) and self._busy_references() >= \
-                        self._ref_capacity() - 1:
-                    self._ref_done.wait(timeout=1.0)
-                if self._pending[task.hash] <= 0:  # its candidates are all judged already
-                    continue
-            if done.is_set() or self.aborted:
-                return
-            try:
-                self._reference(task)
-            except Exception:  # noqa: BLE001 - the candidate's own call reports what went wrong
-                pass
 
     def probe_reference(self, task: Task, seeds: list[int], init_seed: int = 0,
                         return_inputs: bool = False, time: bool = False) -> ReferenceProbe:
@@ -237,40 +229,11 @@ class Evaluator:
                              HARDENING_DISTS if c.hardening_trials else (),
                              c.timing_max_trials, c.timing_checked_calls, c.timing_min_trials)
 
-    def _reference(self, task: Task) -> ReferenceRun:
-        with self._guard:
-            lock = self._ref_locks.setdefault(task.hash, threading.Lock())
-        with lock:
-            if task.hash in self._refs:
-                return self._refs[task.hash]
-            problem = static_check_task(task.source)
-            if problem:
-                run = ReferenceRun(False, problem)
-            else:
-                run = self._run_reference(task)
-            with self._ref_done:
-                self._refs[task.hash] = run
-                self.reference_phases[task.hash] = run.phases_s
-                self._evict_references()
-            return run
-
-    def _ref_capacity(self) -> int:
-        # Reference outputs can be large (and live in GPU memory on cuda): keep a few tasks.
-        return self.config.max_workers + 2 if self.config.device == "cuda" else 16
-
-    def _busy_references(self) -> int:
-        """Cached references that candidates still need (caller holds `_guard`)."""
-        return sum(1 for h in self._refs if self._pending[h] > 0)
-
-    def _evict_references(self) -> None:
-        """Drop the oldest references no pending candidate needs (caller holds `_guard`)."""
-        for h in list(self._refs):
-            if len(self._refs) <= self._ref_capacity():
-                return
-            if self._pending[h] <= 0:
-                del self._refs[h]
-
-    def _run_reference(self, task: Task) -> ReferenceRun:
+    def _run_reference(self, task: Task, publish) -> ReferenceRun:
+        """Run (and time) a task's reference; called by `self.references` in its own thread."""
+        problem = static_check_task(task.source)
+        if problem:
+            return ReferenceRun(False, problem)
         cfg = self.config
         cache_key = None
         cached = None
@@ -279,7 +242,7 @@ class Evaluator:
             cache_key = ref_timing_key(task.hash, self.env(), cfg)
             cached = self.ref_cache.get_ref_timing(cache_key)
         run = run_reference(task.source, cfg, self._schedule(task), self.spares.take,
-                            time_it=cfg.timed and cached is None)
+                            time_it=cfg.timed and cached is None, publish=publish)
         if run.gpu:
             self._gpu_name = run.gpu
         if run.ok and cached is not None:
@@ -326,6 +289,7 @@ class Evaluator:
         except (WorkerDied, WorkerTimeout) as e:
             return Verdict(status="runtime_error", backend=backend,
                            reason=f"could not start a sandbox worker: {e}")
+        reference = self.references.get(task)  # started now, it runs while this one loads
         with w:
             self._live.add(w)
             cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
@@ -344,7 +308,7 @@ class Evaluator:
                                   "transfer": cfg.transfer_mode, "build_dir": str(build)},
                                  cfg.load_timeout_s)
                 phases["load_s"] = time.perf_counter() - t0
-                ref = self._reference(task)
+                ref = reference.outputs()
                 if not ref.ok:
                     return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
                 if not info.get("ok"):
@@ -367,11 +331,25 @@ class Evaluator:
                 if v is None and cfg.timed:
                     phase = "time"
                     t3 = time.perf_counter()
+                    ref = reference.complete()  # its timing too (it started before this one)
+                    phases["reference_timing_wait_s"] = time.perf_counter() - t3
+                    if not ref.ok:
+                        return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
+                    t3 = time.perf_counter()
                     with gpu_lock_for(cfg.device):
                         phases["timing_wait_s"] = time.perf_counter() - t3
                         t4 = time.perf_counter()
-                        v = self._timing(w, ref, backend, stats)
+                        reply = time_module(w, cfg, ref.schedule, ref.l2_bytes,
+                                            checked=ref.schedule.checked)
+                        judge_wall_ms = (time.perf_counter() - t4) * 1e3
+                        # Taken now (the judge's own copies), compared after the GPU is free.
+                        outs = self._timed_outputs(w, reply)
                         phases["timing_s"] = time.perf_counter() - t4
+                    # Re-checking the timed calls' outputs needs a GPU, not a quiet one.
+                    t4 = time.perf_counter()
+                    with gpu_lock_for(cfg.device, shared=True):
+                        v = self._timing(ref, backend, stats, reply, judge_wall_ms, outs)
+                    phases["timed_check_s"] = time.perf_counter() - t4
                 elif v is None:
                     v = self._correct_verdict(backend, None, ref, stats)
                 if v.status == "correct" and self._profiles():
@@ -471,21 +449,27 @@ class Evaluator:
                            max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err)
         return cmp.max_abs_err, cmp.max_rel_err
 
-    def _timing(self, w: SandboxWorker, ref: ReferenceRun, backend: str, stats) -> Verdict:
-        sched = ref.schedule
-        t0 = time.perf_counter()
-        reply = time_module(w, self.config, sched, ref.l2_bytes, checked=sched.checked)
-        judge_wall_ms = (time.perf_counter() - t0) * 1e3
+    @staticmethod
+    def _timed_outputs(w: SandboxWorker, reply: dict) -> dict:
+        """The checked timed calls' outputs, decoded into the judge's own memory right away."""
+        if not reply.get("ok"):
+            return {}
+        return {int(idx): decode(item["desc"], os.path.join(w.dir, item["file"]))
+                for idx, item in (reply.get("outputs") or {}).items()}
+
+    def _timing(self, ref: ReferenceRun, backend: str, stats, reply: dict, judge_wall_ms: float,
+                outputs: dict) -> Verdict:
+        """The verdict from a `time` reply: timed outputs re-checked, times cross-checked against
+        the judge's own clock (`judge_wall_ms`) and the roofline."""
         if not reply.get("ok"):
             return Verdict(status=_status(reply.get("status")), backend=backend,
                            reason=f"raised during the timed calls: {reply.get('reason')}")
         for idx, exp in ref.timed.items():
-            item = reply.get("outputs", {}).get(str(idx))
-            if item is None:
+            if idx not in outputs:
                 return Verdict(status="incorrect", backend=backend, flags=["timed_output_missing"],
                                reason=f"timed call {idx} produced no output to re-check")
-            got = decode(item["desc"], os.path.join(w.dir, item["file"]))
-            cmp = compare_outputs(exp.outputs, got, self.config.tolerance_for, self.config.device)
+            cmp = compare_outputs(exp.outputs, outputs[idx], self.config.tolerance_for,
+                                  self.config.device)
             if not cmp.ok:
                 return Verdict(status="incorrect", backend=backend,
                                flags=cmp.flags + ["timed_output_mismatch"],
@@ -507,6 +491,7 @@ class Evaluator:
                                   f"to move the task's inputs and outputs ({floor:.4g} ms at the "
                                   "GPU's memory bandwidth): not a measurement to trust")
         v = self._correct_verdict(backend, timing, ref, stats)
+        v.timing_details = {"candidate": timing_details(reply), "reference": ref.timing_details}
         if unconfirmed:
             v.flags.append("timing_unconfirmed")
         if reply.get("work_after_stream"):  # its times include that work (see worker.time)

@@ -12,6 +12,10 @@ trainers, Ray actors). Each acquisition opens its own file description, so threa
 exclude each other exactly like processes do. The kernel releases a file lock when its holder
 dies, so a crashed judge never blocks the GPU.
 
+Diagnostics: with `KZ_GPU_LOCK_TRACE=FILE` every acquisition appends `time pid thread mode
+event` lines (event: wait, hold, free) to FILE, from every judge process; bench/eval_throughput.py
+turns them into how much of a batch's wall time the GPU was timed, shared or idle.
+
 Writer preference across processes uses a second file, the gate: every acquirer passes through it
 (exclusively), but an exclusive acquirer keeps the gate until it holds the main lock, so shared
 acquirers that arrive later queue behind it.
@@ -21,6 +25,8 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import threading
+import time
 
 
 class GpuLock:
@@ -32,6 +38,7 @@ class GpuLock:
         self._fh = None
 
     def __enter__(self):
+        _trace(self.shared, "wait")
         gate = open(self.path + ".gate", "a+")
         try:
             fcntl.flock(gate, fcntl.LOCK_EX)
@@ -44,12 +51,30 @@ class GpuLock:
         finally:
             gate.close()  # closing releases the gate
         self._fh = fh
+        _trace(self.shared, "hold")
         return self
 
     def __exit__(self, *exc):
         fh, self._fh = self._fh, None
         if fh is not None:
             fh.close()  # closing releases the lock
+            _trace(self.shared, "free")
+
+
+def _trace(shared: bool, event: str) -> None:
+    path = os.environ.get("KZ_GPU_LOCK_TRACE")
+    if not path:
+        return
+    line = f"{time.time():.6f} {os.getpid()} {threading.get_ident()} " \
+           f"{'shared' if shared else 'exclusive'} {event}\n"
+    try:  # one short O_APPEND write: lines from several processes never interleave
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 class _NoLock:

@@ -20,8 +20,11 @@ How the work is placed:
   keeping (reference outputs and timings, started spare workers, CUDA IPC handles opened in the
   judge process, which ties that process to one GPU for its life).
 - On CPU: one actor per node (`actors` overrides), judging `max_workers` candidates at once.
-- Candidates are handed to whichever actor has a free slot; nodes that join are given actors
-  within `rescan_s`.
+- Task affinity (`kernelzero.eval.ray_placement`): an actor caches the reference of each task it
+  judges, so a free slot takes the first queued candidate of a task its actor was given, else the
+  first of a task no actor holds, else the queue's head; these two go to the actor with the most
+  free slots (first candidates spread over the actors). No slot idles waiting for an affine
+  actor; a dropped actor's tasks are forgotten. Nodes that join get actors within `rescan_s`.
 
 Failure rules (nothing lost, nothing delivered twice):
 - An actor whose process or node dies: the candidates it held are handed to other actors (a
@@ -49,6 +52,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.ray_placement import TaskAffinity, choose
 from kernelzero.eval.verdict import Verdict
 
 INSTALL_HINT = ("the Ray pool needs Ray: pip install 'kernelzero[ray]' (or pip install "
@@ -172,6 +176,7 @@ class _Job:
     pair: tuple
     future: Future
     attempts: int = 0
+    task_hash: str = ""  # pair[0].hash, hashed once: placement reads it often
 
 
 @dataclass
@@ -215,6 +220,7 @@ class RayPool:
         self._actors: dict[int, _Actor] = {}
         self._ids = itertools.count()
         self._inflight: dict = {}   # ObjectRef -> (job, actor id)
+        self._affinity = TaskAffinity()  # task hash -> actors given a candidate of it
         self._starting: dict = {}   # ObjectRef of ready() -> actor id
         self._start_failures = 0    # actor starts failed in a row (reset by one that works)
         self._start_error = ""
@@ -222,7 +228,7 @@ class RayPool:
         self._stats = {"judged": 0, "retried": 0, "worker_lost": 0, "actors_lost": 0}
         self._per_node: collections.Counter = collections.Counter()
         # Where recent candidates ran: {"node_id", "pid", "gpu_ids", "resources", "started",
-        # "ended", "candidate_hash"} (wall-clock seconds); the newest 10,000 are kept.
+        # "ended", "candidate_hash", "task_hash"} (wall-clock seconds); the newest 10,000 are kept.
         self.placements: collections.deque[dict] = collections.deque(maxlen=10_000)
         self._closed = False
         self._broken: str | None = None
@@ -260,6 +266,7 @@ class RayPool:
 
     def _drop_actor(self, aid: int) -> None:
         actor = self._actors.pop(aid, None)
+        self._affinity.forget_actor(aid)
         if actor is not None:
             self._stats["actors_lost"] += 1
             try:
@@ -305,12 +312,21 @@ class RayPool:
                 self._finish(ref)
 
     def _assign(self) -> None:
-        for aid, actor in list(self._actors.items()):
-            while actor.ready and actor.busy < actor.slots and self._queue:
-                job = self._queue.popleft()
-                ref = actor.handle.judge.remote(*job.pair)
-                self._inflight[ref] = (job, aid)
-                actor.busy += 1
+        """Fill the ready actors' free slots from the queue (placement: the module docstring)."""
+        free = {aid: a.slots - a.busy for aid, a in self._actors.items() if a.ready}
+        while self._queue:
+            picked = choose((j.task_hash for j in self._queue), free, self._affinity.holders)
+            if picked is None:
+                return
+            i, aid = picked
+            job = self._queue[i]
+            del self._queue[i]
+            actor = self._actors[aid]
+            ref = actor.handle.judge.remote(*job.pair)
+            self._inflight[ref] = (job, aid)
+            actor.busy += 1
+            free[aid] -= 1
+            self._affinity.add(job.task_hash, aid)
 
     def _check_stalled(self) -> None:
         """Fail the queue when no actor can start: after start_timeout_s without a ready actor,
@@ -377,7 +393,8 @@ class RayPool:
         with self._cond:
             self._stats["judged"] += 1
             self._per_node[placement.get("node_id", "?")] += 1
-            self.placements.append({**placement, "candidate_hash": job.pair[1].hash})
+            self.placements.append({**placement, "candidate_hash": job.pair[1].hash,
+                                    "task_hash": job.task_hash})
         job.future.set_result(verdict)
 
     def _retry(self, job: _Job, error: BaseException) -> None:
@@ -410,7 +427,7 @@ class RayPool:
         several threads at once (they share the actors)."""
         if self._closed or self._broken:
             raise RuntimeError(self._broken or "this RayPool is closed")
-        jobs = [_Job(tuple(pair), Future()) for pair in pairs]
+        jobs = [_Job(tuple(pair), Future(), task_hash=pair[0].hash) for pair in pairs]
         index = {id(j.future): i for i, j in enumerate(jobs)}
         with self._cond:
             self._queue.extend(jobs)
@@ -459,9 +476,11 @@ class RayPool:
         """Cluster and pool state for `/health` and the benchmark."""
         ray = self._ray
         with self._cond:
-            actors = [{"ready": a.ready, "busy": a.busy, "slots": a.slots,
-                       "node_id": a.where.get("node_id"), "gpu_ids": a.where.get("gpu_ids")}
-                      for a in self._actors.values()]
+            tasks = self._affinity.tasks_per_actor()
+            actors = [{"id": aid, "ready": a.ready, "busy": a.busy, "slots": a.slots,
+                       "tasks": tasks[aid], "node_id": a.where.get("node_id"),
+                       "pid": a.where.get("pid"), "gpu_ids": a.where.get("gpu_ids")}
+                      for aid, a in self._actors.items()]
             state = {"queued": len(self._queue), "in_flight": len(self._inflight),
                      **self._stats, "per_node": dict(self._per_node)}
         return {"kind": self.kind, "broken": self._broken,

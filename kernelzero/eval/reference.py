@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.gpu_lock import gpu_lock_for
@@ -45,6 +46,7 @@ class ReferenceRun:
     io_bytes: int | None = None     # input + output bytes of one call (for the roofline bound)
     time_wall_ms_per_call: float | None = None  # judge-side wall clock of its timed loop, per call
     phases_s: dict = field(default_factory=dict)  # where the judge's wall time went (diagnostics)
+    timing_details: dict = field(default_factory=dict)  # how its timed loop ran (timing_details())
 
 
 def _finite(obj) -> bool:
@@ -89,8 +91,11 @@ def time_module(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule, l2_b
 
 def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_worker,
                   time_it: bool, init_seed: int = 0, want_inputs: bool = False,
-                  extra_trials: list[Trial] | None = None) -> ReferenceRun:
-    """`take_worker(name)` returns a started SandboxWorker (see spares.SparePool.take)."""
+                  extra_trials: list[Trial] | None = None,
+                  publish: Callable[[ReferenceRun], None] | None = None) -> ReferenceRun:
+    """`take_worker(name)` returns a started SandboxWorker (see spares.SparePool.take).
+    `publish(run)` is called once the outputs are in `run`, before it is timed (see
+    reference_cache.py); the run it gets is the one returned, unless timing then fails."""
     trials = list(schedule.correctness) + [Trial(s) for s in
                                            (schedule.timing_seeds[i] for i in schedule.checked)]
     trials += extra_trials or []
@@ -146,12 +151,15 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
             for t, r in zip(trials[n_corr + len(schedule.checked):],
                             results[n_corr + len(schedule.checked):]):
                 run.trials[t] = r
+            if publish is not None:
+                publish(run)
             if time_it:
                 t1 = time.perf_counter()
                 with gpu_lock_for(cfg.device):  # timing needs the GPU to itself
                     t0 = time.perf_counter()
                     phases["timing_wait_s"] = t0 - t1
-                    run.timing = _timing(time_module(w, cfg, schedule, run.l2_bytes))
+                    reply = time_module(w, cfg, schedule, run.l2_bytes)
+                    run.timing, run.timing_details = _timing(reply), timing_details(reply)
                     if run.timing:
                         run.time_wall_ms_per_call = (time.perf_counter() - t0) * 1e3 / run.timing.n
                     if cfg.compile_baseline:
@@ -176,6 +184,15 @@ def _nbytes(obj) -> int:
     if isinstance(obj, (tuple, list)):
         return sum(_nbytes(x) for x in obj)
     return 0
+
+
+DETAIL_KEYS = ("warmup_calls", "launch_lead_ms", "launch_bound_calls", "allocator_calls",
+               "sync_latency_ms", "after_stream_gap_ms")
+
+
+def timing_details(reply: dict) -> dict:
+    """The diagnostics of a `time` reply (the worker's word: shown, never judged on)."""
+    return {k: reply[k] for k in DETAIL_KEYS if k in reply}
 
 
 def _timing(reply: dict) -> Timing | None:

@@ -25,6 +25,7 @@ class SparePool:
         self.start_method = start_method
         self._ready: queue.Queue[SandboxWorker] = queue.Queue()
         self._starting = 0
+        self._expected: int | None = None  # takes still expected by the batch in progress
         self._lock = threading.Lock()
         self._closed = False
         # Spares hold temp dirs (on /dev/shm): close them even if the owner forgets to.
@@ -33,6 +34,9 @@ class SparePool:
 
     def take(self, name: str) -> SandboxWorker:
         """A started, warmed worker (a spare if one is ready, else a new one)."""
+        with self._lock:
+            if self._expected:
+                self._expected -= 1
         try:
             w = self._ready.get_nowait()
             w.name = name
@@ -40,6 +44,15 @@ class SparePool:
             w = self._new()
         self._refill()
         return w
+
+    def expect(self, takes: int | None) -> None:
+        """A batch that will take about `takes` workers starts (None: it ended). Until it ends,
+        the pool only starts spares the batch will still take: a spare started meanwhile for a
+        later batch costs this one CPU time and GPU-lock holds (a start creates a CUDA context),
+        while between batches the pool refills to its full size."""
+        with self._lock:
+            self._expected = None if takes is None else max(0, int(takes))
+        self._refill()
 
     def fill(self, timeout_s: float) -> int:
         """Start spares up to the pool size and wait (at most timeout_s) until they are ready,
@@ -75,7 +88,8 @@ class SparePool:
         if self.size <= 0:
             return
         with self._lock:
-            missing = self.size - self._ready.qsize() - self._starting
+            want = self.size if self._expected is None else min(self.size, self._expected)
+            missing = want - self._ready.qsize() - self._starting
             if self._closed or missing <= 0:
                 return
             self._starting += missing

@@ -8,7 +8,7 @@ changes nothing here. The judge cross-checks the result against its own wall clo
 Each call gets fresh inputs; even-numbered calls copy them into the first call's buffers (so a
 cache keyed on addresses is wrong there), odd-numbered calls use new buffers. Before each call:
 the L2 cache is flushed (and persisting lines reset), then the GPU spins long enough to cover the
-host's launch of the call (`launch_lead`). The call is bracketed by a start and an end event on
+host's launch of the call (`lead_ms_for`; longer once a call's launch outlasts it). The call is bracketed by a start and an end event on
 the timing stream, so neither launch latency nor a synchronize's latency is inside; a third
 event after a device-wide synchronize catches work left running after the call returned (an
 unjoined side stream, a background thread): when its gap exceeds the synchronize latency,
@@ -58,44 +58,63 @@ def time_calls(worker, cmd: dict) -> dict:
     flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
                         device=worker.device)
     base = worker.make_inputs(int(seeds[0]))
+
+    def inputs_for(i: int, seed: int) -> list:
+        fresh = worker.make_inputs(seed)
+        if i % 2 == 1:
+            return fresh
+        for b, f in zip(base, fresh):
+            if isinstance(b, torch.Tensor):
+                b.copy_(f)
+        return base
+
     # Warm up by count and by time: the first calls after an idle spell run at idle clocks, and
-    # a fixed count of a fast kernel ends before the clocks are up.
+    # a fixed count of a fast kernel ends before the clocks are up. The warm-up follows the
+    # timed calls' own pattern (fresh inputs, every other call in the first buffers), so the
+    # caching allocator already holds every block they need (a cudaMalloc, or a cudaFree that
+    # synchronises, inside a timed call would be timed) and the launch times measured here are
+    # the ones the timed calls will have.
     warm_n, warm_s = int(cmd.get("warmup", 3)), float(cmd.get("warmup_ms", 0.0)) / 1e3
     t_warm, n, host_ms = prim["clock"](), 0, []
     with torch.no_grad():
         while n < warm_n or (prim["clock"]() - t_warm < warm_s and n < 10_000):
+            args = inputs_for(n, int(seeds[n % len(seeds)]))
             t_call = prim["clock"]()
-            model(*base)
+            model(*args)
             host_ms.append(1e3 * (prim["clock"]() - t_call))
             n += 1
             if n % 8 == 0:
                 prim["sync"]()  # so the wall clock tracks GPU time, not launch speed
     prim["sync"]()
     stream = prim["stream"]()
-    lead = launch_lead(prim, stream, host_ms[1:] or host_ms)
+    rate = spin_cycles_per_ms(prim, stream)
+    lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
     start, end, after = (prim["Event"](enable_timing=True) for _ in range(3))
     latency = sync_latency_ms(prim, stream, end, after)
     t_stream, t_all, gaps, outputs = [], [], [], {}
+    allocs = _allocator_counts(torch, worker.device)
+    launch_bound = 0
     t_start = prim["clock"]()
     for i in range(max_n):
-        fresh = worker.make_inputs(int(seeds[i]))
-        if i % 2 == 0:
-            for b, f in zip(base, fresh):
-                if isinstance(b, torch.Tensor):
-                    b.copy_(f)
-            args = base
-        else:
-            args = fresh
+        args = inputs_for(i, int(seeds[i]))
         if prim["l2_reset"] is not None:
             prim["l2_reset"]()  # persisting-L2 lines would survive the flush
         prim["sync"]()
         flush.zero_()
-        if lead:  # the GPU spins while the host launches the call
-            prim["gpu_sleep"](lead)
+        t_launch = prim["clock"]()
+        if lead_ms:  # the GPU spins while the host launches the call
+            prim["gpu_sleep"](int(rate * lead_ms))
         with torch.no_grad():
             prim["record"](start, stream)
             out = model(*args)
             prim["record"](end, stream)
+        launch_ms = 1e3 * (prim["clock"]() - t_launch)
+        if lead_ms and launch_ms > lead_ms:
+            # The GPU may have reached the start event before the host had launched the call,
+            # so this time can include launch latency (never less than the true time: kept).
+            # Cover the next calls.
+            launch_bound += 1
+            lead_ms = min(LEAD_MAX_MS, 2.0 * launch_ms + 0.02)
         if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
             outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
         prim["sync"]()
@@ -112,22 +131,35 @@ def time_calls(worker, cmd: dict) -> dict:
     gap = statistics.median(gaps) if gaps else 0.0
     late = gap > latency + max(0.02, 0.05 * statistics.median(t_stream))
     times = [max(s, a - latency) for s, a in zip(t_stream, t_all)] if late else t_stream
+    after_allocs = _allocator_counts(torch, worker.device)
     return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-            "warmup_calls": n, "launch_lead_cycles": lead,
+            "warmup_calls": n, "launch_lead_cycles": int(rate * lead_ms),
+            "launch_lead_ms": lead_ms, "launch_bound_calls": launch_bound,
+            "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
             "sync_latency_ms": latency, "after_stream_gap_ms": gap}
 
 
-def launch_lead(prim, stream, host_ms: list[float]) -> int:
-    """GPU cycles to spin before each timed call's start event: about twice the host time the
-    module's forward takes to launch (measured in the warm-up), 20 us to 2 ms.
+LEAD_MAX_MS = 2.0
+
+
+def lead_ms_for(host_ms: list[float]) -> float:
+    """How long the GPU spins before each timed call's start event: about twice the host time
+    the module's forward takes to launch (measured in the warm-up), 20 us to LEAD_MAX_MS; longer
+    for the rest of the calls whenever a call's launch outlasts it.
 
     Without it the GPU may reach the start event before the host has launched the call's first
     kernel, and the launch latency is timed as if it were GPU work: for a Python launcher
     (Triton) on a busy host, tens to hundreds of microseconds, as much as a fast kernel itself.
     A forward that synchronises the host pays for it anyway (its events wait for the spin)."""
-    if prim["gpu_sleep"] is None or not host_ms:
-        return 0
-    want_ms = min(2.0, max(0.02, 2.0 * statistics.median(host_ms) + 0.02))
+    if not host_ms:
+        return 0.0
+    return min(LEAD_MAX_MS, max(0.02, 2.0 * statistics.median(host_ms) + 0.02))
+
+
+def spin_cycles_per_ms(prim, stream) -> float:
+    """How many `gpu_sleep` cycles make a millisecond on this GPU now (0: no spin available)."""
+    if prim["gpu_sleep"] is None:
+        return 0.0
     start, end = prim["Event"](enable_timing=True), prim["Event"](enable_timing=True)
     probe = 1_000_000
     prim["record"](start, stream)
@@ -135,7 +167,18 @@ def launch_lead(prim, stream, host_ms: list[float]) -> int:
     prim["record"](end, stream)
     prim["ev_sync"](end)
     ms = prim["elapsed"](start, end)
-    return int(probe * want_ms / ms) if ms > 0 else 0
+    return probe / ms if ms > 0 else 0.0
+
+
+def _allocator_counts(torch, device: str) -> dict:
+    """cudaMalloc / cudaFree calls and allocation retries so far (diagnostics: any inside the
+    timed loop means the allocator went to the driver during a timed call)."""
+    if device != "cuda":
+        return {"device_alloc": 0, "device_free": 0, "alloc_retries": 0}
+    st = torch.cuda.memory_stats()
+    return {"device_alloc": int(st.get("num_device_alloc", 0)),
+            "device_free": int(st.get("num_device_free", 0)),
+            "alloc_retries": int(st.get("num_alloc_retries", 0))}
 
 
 def sync_latency_ms(prim, stream, end, after, n: int = 11) -> float:

@@ -68,6 +68,9 @@ class Verdict:
     env: dict = field(default_factory=dict)
     wall_s: float | None = None       # wall-clock time spent judging this candidate
     phases_s: dict = field(default_factory=dict)  # load, reference wait, GPU wait, correctness, timing
+    # How the timed loops ran, for "candidate" and "reference": warm-up calls, launch spin,
+    # calls whose launch outlasted it, allocator calls inside the loop (diagnostics only).
+    timing_details: dict = field(default_factory=dict)
     log_tail: str = ""                # last lines the candidate printed (for debugging only)
 
     @property
