@@ -6,7 +6,7 @@
 #   bash bench/run_all_gpu.sh eval  RESULTS_DIR  # GPU tests + throughput x1 | adversarial + spares 30
 #   bash bench/run_all_gpu.sh speed RESULTS_DIR  # single-h200 + repeatability | Proposer + throughput x2
 #   bash bench/run_all_gpu.sh scale RESULTS_DIR  # the Ray pool on 1 GPU, then on 2 (nothing beside)
-#   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, spares 30, x2, adversarial | repeatability + GPU tests
+#   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, x2 (+ spares 30), adversarial | repeatability + GPU tests
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
 #
 # KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
@@ -68,6 +68,7 @@ S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50
 S11="11_repeatability 180 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
 S12="12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json"
 S13="13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
+S14="14_throughput_x2_spares 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30.json"
 S21="21_train_single_h200 ${KZ_TRAIN_LIMIT_S:-380} $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200"
 
 if [ "$part" = eval ]; then  # ~8.5 min on 2 GPUs
@@ -78,8 +79,8 @@ if [ "$part" = speed ]; then  # ~9.5 min on 2 GPUs
   two_lanes "$S21; $S11" "$S04; $S12"
 fi
 
-if [ "$part" = judge ]; then  # ~8.5 min on 2 GPUs: every judging and timing check, no training
-  two_lanes "$S03; $S13; $S12; $S02" "$S11; $S01"
+if [ "$part" = judge ]; then  # ~9 min on 2 GPUs: every judging and timing check, no training
+  two_lanes "$S03; $S13; $S12; $S14; $S02" "$S11; $S01"
 fi
 
 if [ "$part" = scale ]; then  # ~5 min on 2 GPUs: the Ray pool on 1 GPU, then on 2, machine otherwise idle

@@ -99,3 +99,12 @@ def test_a_step_always_has_its_prompts():
     rows = [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c"}]
     assert fill_batch(rows, 4) == rows + rows[:1]
     assert fill_batch(rows, 2) == rows and fill_batch([], 4) == []
+
+
+def test_on_cuda_the_spare_pool_covers_a_coder_step_unless_set():
+    """8 x 4 candidates over 4 tasks: 36 workers started ahead; an explicit `spares` wins; CPU
+    judging keeps the evaluator's own small default."""
+    assert load_config("single-h200").eval_config().spares == 36
+    assert load_config("single-h200", {"eval": {"spares": 5}}).eval_config().spares == 5
+    assert load_config("single-h200", {"eval": {"device": "cpu"}}).eval_config().spares is None
+    assert load_config("tiny-cpu").eval_config().spares is None

@@ -90,6 +90,7 @@ def time_calls(worker, cmd: dict) -> dict:
     rate = spin_cycles_per_ms(prim, stream)
     lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
     start, end, after = (prim["Event"](enable_timing=True) for _ in range(3))
+    prim["record"](start, stream)  # an event is created at its first record: not in a timed call
     latency = sync_latency_ms(prim, stream, end, after)
     t_stream, t_all, gaps, outputs = [], [], [], {}
     allocs = _allocator_counts(torch, worker.device)
