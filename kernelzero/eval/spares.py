@@ -26,6 +26,7 @@ class SparePool:
         self._ready: queue.Queue[SandboxWorker] = queue.Queue()
         self._starting = 0
         self._expected: int | None = None  # takes still expected by the batch in progress
+        self._waiting = 0  # takers waiting for a spare
         self._lock = threading.Lock()
         self._closed = False
         # Spares hold temp dirs (on /dev/shm): close them even if the owner forgets to.
@@ -33,17 +34,39 @@ class SparePool:
         atexit.register(lambda: ref() is not None and ref().close())
 
     def take(self, name: str) -> SandboxWorker:
-        """A started, warmed worker (a spare if one is ready, else a new one)."""
+        """A started, warmed worker: a ready spare, else the next spare whose start is already
+        under way, else a new one started here."""
         with self._lock:
             if self._expected:
                 self._expected -= 1
-        try:
-            w = self._ready.get_nowait()
-            w.name = name
-        except queue.Empty:
+            self._waiting += 1
+        self._refill()
+        w = self._wait_for_spare()
+        if w is None:
             w = self._new()
+        w.name = name
         self._refill()
         return w
+
+    def _wait_for_spare(self) -> SandboxWorker | None:
+        """Wait for a spare while the starts in flight can serve every waiting taker; None when
+        they cannot (the caller starts its own). A start already under way ends sooner than
+        one begun now, and one more start would only slow the others down (CPU, GPU lock)."""
+        counted = True
+        try:
+            while True:
+                try:
+                    return self._ready.get(timeout=0.05)
+                except queue.Empty:
+                    with self._lock:
+                        if self._closed or self._starting < self._waiting:
+                            self._waiting -= 1
+                            counted = False
+                            return None
+        finally:
+            if counted:
+                with self._lock:
+                    self._waiting -= 1
 
     def expect(self, takes: int | None) -> None:
         """A batch that will take about `takes` workers starts (None: it ended). Until it ends,
@@ -88,7 +111,8 @@ class SparePool:
         if self.size <= 0:
             return
         with self._lock:
-            want = self.size if self._expected is None else min(self.size, self._expected)
+            want = self.size if self._expected is None else \
+                min(self.size, self._expected + self._waiting)
             missing = want - self._ready.qsize() - self._starting
             if self._closed or missing <= 0:
                 return
