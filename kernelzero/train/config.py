@@ -278,7 +278,7 @@ class TrainConfig:
         spare pool holds one worker per candidate and task of a Coder step, started ahead so
         that process starts stay out of the batch (on the H200 a 30-worker batch judged in 8.8 s
         with 30 spares and 18.2 s with 18: docs/perf.md, fourth session); each spare holds a
-        CUDA context and library handles, 0.5-1 GB of GPU memory."""
+        CUDA context and library handles (roughly 0.5-1 GB of GPU memory; an estimate)."""
         from kernelzero.eval import EvalConfig
         cfg = EvalConfig(**self.eval)
         if cfg.device == "cuda" and "spares" not in self.eval:
