@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from kernelzero.eval.ray_placement import TaskAffinity, actor_for, choose, most_free
+from kernelzero.eval.ray_placement import TaskAffinity, choose, most_free
 
 
 def test_most_free_ties_go_to_the_lowest_id_and_full_actors_are_skipped():
@@ -21,14 +21,14 @@ def test_most_free_ties_go_to_the_lowest_id_and_full_actors_are_skipped():
     assert most_free({0: 4, 1: 0}, among=[1, 7]) is None  # 7: not a ready actor
 
 
-def test_actor_for_prefers_the_holder_and_goes_elsewhere_when_it_is_full():
+def test_one_job_prefers_the_holder_and_goes_elsewhere_when_it_is_full():
     holders = {"t": {1}}
-    assert actor_for("t", {0: 4, 1: 1}, holders) == 1  # affine, though 0 has more free slots
-    assert actor_for("t", {0: 4, 1: 0}, holders) == 0  # affine actor full: never wait for it
-    assert actor_for("new", {0: 1, 1: 3}, holders) == 1  # unheld: the most free slots
-    assert actor_for("t", {0: 0, 1: 0}, holders) is None  # no free slot anywhere
-    assert actor_for("t", {0: 2}, {"t": {1}}) == 0  # the holder is gone (not ready / dropped)
-    assert actor_for("t", {0: 1, 1: 1, 2: 3}, {"t": {0, 1}}) == 0  # holders tie: lowest id
+    assert choose(["t"], {0: 4, 1: 1}, holders) == (0, 1)  # affine, though 0 has more free slots
+    assert choose(["t"], {0: 4, 1: 0}, holders) == (0, 0)  # affine actor full: never wait for it
+    assert choose(["new"], {0: 1, 1: 3}, holders) == (0, 1)  # unheld: the most free slots
+    assert choose(["t"], {0: 0, 1: 0}, holders) is None  # no free slot anywhere
+    assert choose(["t"], {0: 2}, {"t": {1}}) == (0, 0)  # the holder is gone (not ready / dropped)
+    assert choose(["t"], {0: 1, 1: 1, 2: 3}, {"t": {0, 1}}) == (0, 0)  # holders tie: lowest id
 
 
 def test_choose_nothing_to_do():

@@ -134,5 +134,12 @@ class EvalConfig:
         return "fork" if self.device == "cpu" else "spawn"
 
     @property
+    def spare_pool_size(self) -> int:
+        """`spares`, or its default: 2 max_workers + 2 on cuda, max_workers + 1 on the CPU."""
+        if self.spares is not None:
+            return self.spares
+        return 2 * self.max_workers + 2 if self.device == "cuda" else self.max_workers + 1
+
+    @property
     def timed(self) -> bool:
         return self.timing and self.device == "cuda"

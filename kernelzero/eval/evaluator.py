@@ -87,11 +87,8 @@ class Evaluator:
         # Every candidate takes a spare and every new task one more (its reference); on a GPU a
         # spare takes seconds to start (torch, CUDA context, library handles), so keep enough that
         # neither ever waits for one. The 2-core CPU case keeps the pool small.
-        n_spares = self.config.spares if self.config.spares is not None else (
-            2 * self.config.max_workers + 2 if self.config.device == "cuda"
-            else self.config.max_workers + 1)
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
-                                size=n_spares if self.config.prestart else 0,
+                                size=self.config.spare_pool_size if self.config.prestart else 0,
                                 start_method=self.config.worker_start)
         self.aborted = False
 

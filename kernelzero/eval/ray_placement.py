@@ -36,14 +36,6 @@ def most_free(free: Mapping[int, int], among: Iterable[int] | None = None) -> in
     return best
 
 
-def actor_for(task_hash: str, free: Mapping[int, int],
-              holders: Mapping[str, Collection[int]]) -> int | None:
-    """The actor for one job: a holder of its task with a free slot (the most free), else the
-    actor with the most free slots; None when every actor is full."""
-    aid = most_free(free, holders.get(task_hash, ()))
-    return aid if aid is not None else most_free(free)
-
-
 def choose(task_hashes: Iterable[str], free: Mapping[int, int],
            holders: Mapping[str, Collection[int]], scan: int = SCAN_LIMIT
            ) -> tuple[int, int] | None:

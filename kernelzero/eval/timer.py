@@ -115,7 +115,7 @@ def time_calls(worker, cmd: dict) -> dict:
             # so this time can include launch latency (never less than the true time: kept).
             # Cover the next calls.
             launch_bound += 1
-            lead_ms = min(LEAD_MAX_MS, 2.0 * launch_ms + 0.02)
+            lead_ms = lead_ms_for([launch_ms])
         if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
             outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
         prim["sync"]()

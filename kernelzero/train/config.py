@@ -283,8 +283,7 @@ class TrainConfig:
         cfg = EvalConfig(**self.eval)
         if cfg.device == "cuda" and "spares" not in self.eval:
             c = self.coder
-            cfg.spares = max(2 * cfg.max_workers + 2, c.group_size * c.prompts_per_step +
-                             c.prompts_per_step)
+            cfg.spares = max(cfg.spare_pool_size, (c.group_size + 1) * c.prompts_per_step)
         return cfg
 
     def to_dict(self) -> dict:
