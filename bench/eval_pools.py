@@ -16,6 +16,13 @@ status for every candidate; disagreements are listed with each mode's reason.
 For ray, the candidates and distinct tasks each actor judged are reported (`per_actor`); every
 task an actor judges costs it a reference, so `duplicate_references` is reference work done twice.
 
+Every judge (the local evaluator, each Ray actor, the service's evaluator) starts `--spares`
+spare workers (EvalConfig.spares; by default EvalConfig's, from the judge's max_workers: --workers,
+or --runs-per-gpu for a Ray GPU actor; reported as `spares_per_judge`) and is warmed up before
+the clock starts. Each candidate and each new task takes one worker, so a judge whose
+spares cover its share of the batch (candidates + tasks, over the actors for ray) measures
+judging; one with fewer also measures process start-up (the rest start while the batch waits).
+
     python bench/eval_pools.py --device cpu --out runs/bench/eval_pools_cpu.json
     python bench/eval_pools.py --device cuda --backends triton --repeat 6 --out eval_pools_h200.json
 """
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import json
 import os
 import platform
@@ -87,7 +95,7 @@ def run_local(cfg, batch, args):
         ev.warm_up()
         setup = time.perf_counter() - t0
         wall, verdicts = timed_judge(ev, batch)
-    return setup, wall, verdicts, {}
+    return setup, wall, verdicts, {"spares_per_judge": cfg.spare_pool_size}
 
 
 def run_ray(cfg, batch, args):
@@ -101,7 +109,9 @@ def run_ray(cfg, batch, args):
         wall, verdicts = timed_judge(pool, batch)
         health = pool.health()
         placed = list(pool.placements)[-len(batch):]
-    return setup, wall, verdicts, {"nodes": health["nodes_alive"], "per_node": health["per_node"],
+    actor_cfg = dataclasses.replace(cfg, max_workers=health["slots_per_actor"])
+    return setup, wall, verdicts, {"spares_per_judge": actor_cfg.spare_pool_size,
+                                   "nodes": health["nodes_alive"], "per_node": health["per_node"],
                                    "actors": health["actors"], "retried": health["retried"],
                                    "worker_lost": health["worker_lost"],
                                    **actor_spread(placed)}
@@ -156,7 +166,8 @@ def run_service(cfg, batch, args):
             server.should_exit = True
             thread.join(10)
             sock.close()
-    return setup, wall, verdicts, {"client_retries": retries, "client_batch": args.service_batch,
+    return setup, wall, verdicts, {"spares_per_judge": cfg.spare_pool_size,
+                                   "client_retries": retries, "client_batch": args.service_batch,
                                    "client_concurrency": args.service_concurrency}
 
 
@@ -177,6 +188,9 @@ def main(argv=None) -> int:
     p.add_argument("--samples", type=Path, default=ROOT / "kernelzero" / "examples" / "candidates")
     p.add_argument("--repeat", type=int, default=2, help="copies of the sample set in the batch")
     p.add_argument("--workers", type=int, default=4, help="EvalConfig.max_workers (local, service)")
+    p.add_argument("--spares", type=int, default=None,
+                   help="EvalConfig.spares of every judge: each local evaluator, each Ray actor, "
+                        "the service's (default: EvalConfig's, from --workers)")
     p.add_argument("--runs-per-gpu", type=int, default=None,
                    help="candidates one Ray GPU actor judges at once (default: --workers)")
     p.add_argument("--ray-address", default=None, help="join this Ray cluster (default: private)")
@@ -210,6 +224,7 @@ def main(argv=None) -> int:
     env = None
     for mode in modes:
         cfg = EvalConfig(device=args.device, max_workers=args.workers, seed=args.seed,
+                         spares=args.spares,
                          work_dir=str(work / mode),  # fresh build caches per mode
                          policy="none" if args.problems == "throughput" else "strict")
         print(f"[{mode}] judging {len(batch)} candidates ...", file=sys.stderr, flush=True)
@@ -247,6 +262,7 @@ def main(argv=None) -> int:
         "batch": {"candidates": len(batch), "repeat": args.repeat, "workers": args.workers,
                   "problems": args.problems, "size_scale": args.size_scale,
                   "seed": args.seed, "backends": sorted(backends) if backends else "all",
+                  "spares": args.spares,  # None: EvalConfig's default
                   "tasks": len({t.hash for t, _ in batch})},
         "modes": results,
         "disagreements": disagreements,

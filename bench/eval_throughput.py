@@ -96,6 +96,26 @@ def gpu_seconds(v, cfg) -> float:
     return calls * v.runtime_ms.median_ms / 1e3
 
 
+def timed_loops(verdicts) -> dict:
+    """What the timed loops cost beyond the kernels (from each verdict's timing_details, the
+    candidate's and, once per task, the reference's): host wall of the loops, their calls, the
+    median per-call overhead, and how many calls reused the last call's input addresses."""
+    loops, seen = [], set()
+    for v in verdicts:
+        for side, d in (v.timing_details or {}).items():
+            key = (side, d.get("loop_ms")) if side == "reference" else id(d)
+            if "loop_ms" in d and key not in seen:
+                seen.add(key)
+                loops.append(d)
+    if not loops:
+        return {}
+    return {"loops": len(loops), "loop_s": sum(d["loop_ms"] for d in loops) / 1e3,
+            "overhead_ms_per_call_median": statistics.median(d["overhead_ms_per_call"] for d in loops),
+            "overhead_ms_per_call_max": max(d["overhead_ms_per_call"] for d in loops),
+            "same_address_calls": sum(d.get("same_address_calls", 0) for d in loops),
+            "launch_bound_calls": sum(d.get("launch_bound_calls", 0) for d in loops)}
+
+
 def lock_timeline(path: str, t0: float, t1: float) -> dict:
     """From a KZ_GPU_LOCK_TRACE file: seconds of [t0, t1] (wall clock) in which the GPU lock was
     held for timing (exclusive), held only for running modules (shared: correctness trials,
@@ -188,7 +208,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
             "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
-            "transfer": cfg.transfer_mode,
+            "timed_loops": timed_loops(verdicts), "transfer": cfg.transfer_mode,
             "gpu": verdicts[0].env.get("gpu"), "rows": rows}
 
 
@@ -291,6 +311,12 @@ def report_throughput(tp: dict) -> None:
         print(f"  GPU lock over the wall: timing {lk['timing_held_s']:.1f} s ({lk['timings']} timings), "
               f"shared only {lk['shared_only_s']:.1f} s, idle {lk['idle_s']:.1f} s; timings waited "
               f"{lk['timing_wait_sum_s']:.1f} s in all")
+    tl = tp.get("timed_loops") or {}
+    if tl:
+        print(f"  timed loops: {tl['loops']} ({tl['loop_s']:.1f} s of host wall), overhead per call "
+              f"{tl['overhead_ms_per_call_median']:.3f} ms median ({tl['overhead_ms_per_call_max']:.3f} "
+              f"max) beyond the kernel; {tl['same_address_calls']} calls at the last inputs' "
+              f"addresses; {tl['launch_bound_calls']} launch-bound")
     print("  summed per-reference phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["reference_phases_sum_s"].items()))
 

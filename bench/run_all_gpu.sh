@@ -7,12 +7,17 @@
 #   bash bench/run_all_gpu.sh speed RESULTS_DIR  # single-h200 + repeatability | Proposer + throughput x2
 #   bash bench/run_all_gpu.sh scale RESULTS_DIR  # the Ray pool on 1 GPU, then on 2 (nothing beside)
 #   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, x2 (+ spares 30), adversarial | repeatability + GPU tests
+#   bash bench/run_all_gpu.sh timing RESULTS_DIR # throughput x1, x2, x4 with spares 30, x1 default | repeatability + adversarial
+#   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
+#   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
 #
 # KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
 # KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse);
 # KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit;
-# KZ_TRAIN_LIMIT_S the single-h200 round's limit; KZ_POOL_REPEAT the Ray batch (x 10 problems).
+# KZ_TRAIN_LIMIT_S the single-h200 round's limit; KZ_POOL_REPEAT the Ray batch (x 10 problems);
+# KZ_POOL_SPARES the Ray judges' spares (default: EvalConfig's; `share`: each judge's share of
+# the batch's worker takes, candidates + tasks, plus 5).
 # Each step has its own time limit and log (RESULTS_DIR/files/NN_step.log); a failing step does
 # not stop the others. RESULTS_DIR/results.tgz is rewritten after every step, so what finished is
 # kept even if the whole run is cut short (and copied to $KZ_SAVE_TO when set). KZ_ONLY (a regex)
@@ -20,8 +25,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|fit|checks|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -69,6 +74,7 @@ S11="11_repeatability 180 $PY bench/eval_throughput.py --repeat-only --out $R/fi
 S12="12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json"
 S13="13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
 S14="14_throughput_x2_spares 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30.json"
+S15="15_throughput_x4_spares 170 $TP --scales 4 --clocks warm --spares 30 --out $R/files/tp_x4_spares30.json"
 S21="21_train_single_h200 ${KZ_TRAIN_LIMIT_S:-380} $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200"
 
 if [ "$part" = eval ]; then  # ~8.5 min on 2 GPUs
@@ -83,19 +89,52 @@ if [ "$part" = judge ]; then  # ~9 min on 2 GPUs: every judging and timing check
   two_lanes "$S03; $S13; $S12; $S14; $S02" "$S11; $S01"
 fi
 
-if [ "$part" = scale ]; then  # ~5 min on 2 GPUs: the Ray pool on 1 GPU, then on 2, machine otherwise idle
-  step 22_pools_ray_1gpu 150 env CUDA_VISIBLE_DEVICES=0 $PY bench/eval_pools.py --device cuda \
-    --problems throughput --repeat ${KZ_POOL_REPEAT:-4} --workers 8 --modes ray --out "$R/files/eval_pools_1gpu.json"
+if [ "$part" = timing ]; then  # ~9.5 min on 2 GPUs: the timed loop's cost, then its checks
+  two_lanes "$S13; $S14; $S15; $S03" "$S11; $S02"
+fi
+
+pool_spares() {  # pool_spares NGPU: --spares for the Ray judges (KZ_POOL_SPARES)
+  case "${KZ_POOL_SPARES:-}" in
+    "") ;;
+    share) echo "--spares $(( (${KZ_POOL_REPEAT:-4} * 10 + 10 + $1 - 1) / $1 + 5 ))" ;;
+    *) echo "--spares $KZ_POOL_SPARES" ;;
+  esac
+}
+
+ray_steps() {  # the Ray pool on 1 GPU, then on 2, machine otherwise idle
+  local lim=${KZ_POOL_LIMIT_S:-150}
+  step 22_pools_ray_1gpu $lim env CUDA_VISIBLE_DEVICES=0 $PY bench/eval_pools.py --device cuda \
+    --problems throughput --repeat ${KZ_POOL_REPEAT:-4} --workers 8 --modes ray $(pool_spares 1) \
+    --out "$R/files/eval_pools_1gpu.json"
   if [ "$ngpu" -ge 2 ]; then
-    step 23_pools_ray_2gpu 150 env CUDA_VISIBLE_DEVICES=0,1 $PY bench/eval_pools.py --device cuda \
-      --problems throughput --repeat ${KZ_POOL_REPEAT:-4} --workers 8 --modes ray --out "$R/files/eval_pools_2gpu.json"
+    step 23_pools_ray_2gpu $lim env CUDA_VISIBLE_DEVICES=0,1 $PY bench/eval_pools.py --device cuda \
+      --problems throughput --repeat ${KZ_POOL_REPEAT:-4} --workers 8 --modes ray $(pool_spares 2) \
+      --out "$R/files/eval_pools_2gpu.json"
   fi
+}
+
+train_steps() {  # CA-GRPO over 1 vs 2 GPUs
+  local gpus="1"; [ "$ngpu" -ge 2 ] && gpus="1 2"
+  step 31_train_scaling ${KZ_SCALING_LIMIT_S:-240} $PY bench/train_scaling.py --gpus $gpus \
+    --configs fsdp2 ddp --steps 4 --tokens 64 --out "$R/files/train_scaling.json"
+}
+
+if [ "$part" = scale ]; then  # ~5 min on 2 GPUs
+  ray_steps
+fi
+
+if [ "$part" = fit ]; then  # ~9.5 min on 2 GPUs: Ray scaling with sized spares, then CA-GRPO scaling
+  KZ_POOL_SPARES=${KZ_POOL_SPARES:-share} KZ_POOL_LIMIT_S=${KZ_POOL_LIMIT_S:-200} ray_steps
+  KZ_SCALING_LIMIT_S=${KZ_SCALING_LIMIT_S:-300} train_steps
+fi
+
+if [ "$part" = checks ]; then  # ~8 min on 2 GPUs: the GPU tests of the evaluator and of training
+  step $S01
+  [ "$ngpu" -ge 2 ] && step 32_train_gpu_test 130 bash scripts/test.sh -m gpu tests/test_train_ca_grpo.py -p no:cacheprovider
 fi
 
 if [ "$part" = train ]; then  # ~6 min on 2 GPUs
-  gpus="1"; [ "$ngpu" -ge 2 ] && gpus="1 2"
-  step 31_train_scaling 240 $PY bench/train_scaling.py --gpus $gpus --configs fsdp2 ddp \
-    --steps 4 --tokens 64 --out "$R/files/train_scaling.json"
+  train_steps
   if [ "$ngpu" -ge 2 ]; then
     step 32_train_gpu_test 130 bash scripts/test.sh -m gpu tests/test_train_ca_grpo.py -p no:cacheprovider
   fi

@@ -8,6 +8,9 @@
 - a judging actor SIGKILLed mid-batch: the candidate is re-judged, delivered and stored once;
 - a candidate that kills its worker every time ends as `runtime_error` / `worker_lost`;
 - an evaluator bug raises RayPoolError after the rest of the batch is delivered;
+- the batch hint: each actor's spare pool expects its share of the batch's takes while it is
+  judged (batches from two threads: a larger share), then None once the last batch ends; a hint
+  that raises, or kills its actor, does not break the batch;
 - (slow) a whole node removed mid-batch from a two-node cluster: its work finishes on the other.
 """
 from __future__ import annotations
@@ -294,6 +297,119 @@ def test_evaluator_bug_raises_after_delivering_the_rest(local_ray):
         with pytest.raises(RayPoolError, match="#1: ValueError: evaluator bug") as e:
             pool.judge_many(pairs, on_verdict=lambda i, v: seen.update({i: v.status}))
     assert seen == {0: "correct", 2: "incorrect"} and list(e.value.failures) == [1]
+
+
+class HintLog:
+    """A spare pool's `expect` for HintedJudge: logs each hint to `log_dir/<pid>`, or with
+    `mode` "raise" raises, or with "die" exits its actor (the first actor hinted only)."""
+
+    def __init__(self, log_dir: str, mode: str):
+        self.log_dir, self.mode, self.takes = Path(log_dir), mode, "unset"
+
+    def write(self, line: str) -> None:
+        with open(self.log_dir / str(os.getpid()), "a") as f:
+            f.write(line + "\n")
+
+    def expect(self, takes):
+        if self.mode == "raise":
+            raise OSError("the hint failed")
+        if self.mode == "die":
+            try:
+                os.close(os.open(self.log_dir / "died", os.O_CREAT | os.O_EXCL))
+                os._exit(1)
+            except FileExistsError:
+                pass
+        self.takes = takes
+        self.write(f"expect {takes}")
+
+
+class HintedJudge(SleepyJudge):
+    """A SleepyJudge ('slow' in the source: 1.5 s) with a HintLog as its spare pool; each
+    judging logs `judged <the hint in force when it ended>`."""
+
+    def __init__(self, cfg, log_dir: str, mode: str):
+        super().__init__(cfg)
+        self.spares = HintLog(log_dir, mode)
+
+    def judge(self, task, cand):
+        time.sleep(1.5 if "slow" in cand.source else 0.2)
+        verdict = super().judge(task, cand)
+        self.spares.write(f"judged {self.spares.takes}")
+        return verdict
+
+
+def hinted(log_dir: str, mode: str, cfg):
+    return HintedJudge(cfg, log_dir, mode)
+
+
+def hint_logs(log_dir: Path, settled=lambda logs: True) -> dict[str, list[str]]:
+    """Each actor's log lines, once `settled(logs)` (hints are fire-and-forget; 10 s at most)."""
+    deadline = time.monotonic() + 10
+    while True:
+        logs = {f.name: f.read_text().splitlines() for f in log_dir.iterdir() if f.name.isdigit()}
+        if settled(logs) or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.05)
+
+
+def ended(logs) -> bool:
+    return bool(logs) and all(lines[-1] == "expect None" for lines in logs.values())
+
+
+TWO_GPUS = RayPoolConfig(use_gpus=True, runs_per_gpu=2, cpus_per_actor=0)
+
+
+def test_actors_expect_their_share_of_the_batch_then_none(local_ray, tmp_path):
+    tasks = [Task.from_source(f"ref {k}") for k in range(2)]
+    pairs = [(tasks[i % 2], Candidate(f"ok {i}")) for i in range(8)]
+    factory = functools.partial(hinted, str(tmp_path), "")
+    with RayPool(CPU, TWO_GPUS, evaluator_factory=factory) as pool:
+        pool.warm_up(60)
+        assert all(v.correct for v in pool.judge_many(pairs))
+        logs = hint_logs(tmp_path, ended)
+    assert len(logs) == 2
+    for lines in logs.values():  # (8 candidates + 2 tasks) / 2 actors, in force while judging
+        assert lines[0] == "expect 5" and lines[-1] == "expect None", lines
+        assert set(lines[1:-1]) == {"judged 5"}
+    assert sum(len(lines) - 2 for lines in logs.values()) == 8
+
+
+def test_batches_from_two_threads_share_the_hint_and_end_it_once(local_ray, tmp_path):
+    """B runs while A's slow candidates are judged: each actor then expects A's and B's takes
+    together, and gets None only when A, the last batch, ends."""
+    tasks = [Task.from_source(f"ref {k}") for k in range(2)]
+    slow = [(tasks[0], Candidate(f"ok slow {i}")) for i in range(2)]
+    quick = [(tasks[1], Candidate(f"ok {i}")) for i in range(2)]
+    factory = functools.partial(hinted, str(tmp_path), "")
+    with RayPool(CPU, TWO_GPUS, evaluator_factory=factory) as pool:
+        pool.warm_up(60)
+        a = threading.Thread(target=lambda: pool.judge_many(slow))
+        a.start()
+        time.sleep(0.3)
+        assert all(v.correct for v in pool.judge_many(quick))
+        assert a.is_alive()  # A's candidates take 1.5 s
+        during = hint_logs(tmp_path)
+        a.join()
+        logs = hint_logs(tmp_path, ended)
+    assert not any("expect None" in lines for lines in during.values()), during
+    for lines in logs.values():  # A: (2 + 1) / 2; then A's and B's: (3 + 3) / 2; None once
+        assert [x for x in lines if x.startswith("expect")] == [
+            "expect 2", "expect 3", "expect None"], lines
+
+
+@pytest.mark.parametrize("mode", ["raise", "die"])
+def test_a_hint_that_fails_or_kills_its_actor_does_not_break_the_batch(local_ray, tmp_path,
+                                                                       mode):
+    pairs = [(Task.from_source("ref"), Candidate(f"ok {i}")) for i in range(4)]
+    factory = functools.partial(hinted, str(tmp_path), mode)
+    with RayPool(CPU, TWO_GPUS, evaluator_factory=factory) as pool:
+        pool.warm_up(60)
+        verdicts = pool.judge_many(pairs)
+        assert all(v.correct for v in pool.judge_many(pairs[:1]))  # the pool still judges
+        health = pool.health()
+    assert all(v.correct for v in verdicts)
+    assert health["actors_lost"] == (mode == "die")
+    assert not pool._hints  # every failed hint was read: Ray logs the errors that nobody read
 
 
 @pytest.mark.slow  # starts a two-node cluster (~15 s) on top of the judging

@@ -63,7 +63,36 @@ def test_the_warm_up_follows_the_timed_calls_input_pattern():
     w.make_inputs = lambda seed: (seeds_seen.append(seed), make(seed))[1]
     reply = time_calls(w, {**CMD, "warmup": 5, "warmup_ms": 0.0})
     assert reply["warmup_calls"] == 5
-    assert seeds_seen[:6] == [0, 0, 1, 2, 3, 4]  # base, then one fresh set per warm-up call
+    assert seeds_seen[:7] == [0, 1, 2, 3, 4, 0, 1]  # one fresh set per warm-up call, then timed
+
+
+def test_each_call_draws_fresh_inputs_after_dropping_the_last_ones():
+    """So the caching allocator hands their blocks back: new values at the addresses the last
+    call used (an address-keyed cache answers stale), with no copy. Inputs are drawn only once
+    the previous call's closing events are recorded (behind them on the stream)."""
+    import weakref
+    gpu, written, alive, events = FakeGPU(), [], [], []
+    w = _worker(gpu, torch.nn.ReLU(), written)
+    record = w.primitives["record"]
+    w.primitives["record"] = lambda ev, s: (events.append("rec"), record(ev, s))
+    made = w.make_inputs
+
+    def make(seed):
+        alive.append(sum(r() is not None for r in refs))
+        events.append("inputs")
+        x = made(seed)
+        refs.append(weakref.ref(x[0]))
+        return x
+
+    refs: list = []
+    w.make_inputs = make
+    reply = time_calls(w, {**CMD, "warmup_ms": 0.0})
+    assert alive and max(alive) == 0  # the last call's inputs were gone each time
+    drawn = [k for k, e in enumerate(events) if e == "inputs"][-len(reply["times_ms"]):]
+    for a, b in zip(drawn, drawn[1:]):  # between two timed calls' inputs: start, end, after
+        assert events[a + 1:b] == ["rec", "rec", "rec"]
+    assert reply["loop_ms"] > 0 and "overhead_ms_per_call" in reply
+    assert 0 <= reply["same_address_calls"] < len(reply["times_ms"])
 
 
 def test_a_launch_that_outlasts_the_spin_is_counted_and_the_spin_grows():
@@ -99,3 +128,22 @@ def test_work_left_running_after_the_call_is_counted_and_flagged():
 def test_the_stopping_rule():
     assert spread_ok([1.0, 1.0, 1.01, 1.0], 0.02)
     assert not spread_ok([1.0, 2.0, 1.0, 2.0], 0.02)
+
+
+def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "eval_throughput", Path(__file__).resolve().parents[1] / "bench" / "eval_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ref = {"loop_ms": 500.0, "overhead_ms_per_call": 0.5, "same_address_calls": 99}
+    verdicts = [SimpleNamespace(timing_details={"candidate": {"loop_ms": 100.0 * k,
+                                                              "overhead_ms_per_call": 0.1 * k,
+                                                              "same_address_calls": 90},
+                                                "reference": dict(ref)}) for k in (1, 2, 3)]
+    tl = bench.timed_loops(verdicts + [SimpleNamespace(timing_details={})])
+    assert tl["loops"] == 4 and abs(tl["loop_s"] - 1.1) < 1e-9
+    assert tl["overhead_ms_per_call_median"] == 0.25 and tl["overhead_ms_per_call_max"] == 0.5
+    assert tl["same_address_calls"] == 3 * 90 + 99

@@ -17,8 +17,9 @@ from dataclasses import asdict
 # v3: the same, after a warm-up of at least `timing_warmup_ms` (GPU clocks up before timing),
 # with the GPU spinning before each start event while the host launches the call.
 # v4: the warm-up follows the timed calls' input pattern, and the spin grows once a call's
-# launch outlasts it.
-TIMING_METHOD = "events-behind-flush-v4"
+# launch outlasts it. v5: each call's inputs are drawn right after the last call's events, at its
+# addresses (no copy, no synchronize before the flush); the flush counts toward the launch lead.
+TIMING_METHOD = "events-behind-flush-v5"
 
 
 def _version(pkg: str) -> str | None:

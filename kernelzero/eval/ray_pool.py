@@ -25,6 +25,10 @@ How the work is placed:
   first of a task no actor holds, else the queue's head; these two go to the actor with the most
   free slots (first candidates spread over the actors). No slot idles waiting for an affine
   actor; a dropped actor's tasks are forgotten. Nodes that join get actors within `rescan_s`.
+- Batch hint: actors get one candidate at a time, so `judge_many` tells each ready actor's spare
+  pool how many workers to expect (its share of candidates + distinct tasks, see
+  `RayPool.judge_many`), as the local `Evaluator.judge_many` does, so that no actor keeps
+  starting spares (a CUDA context and CPU each) that nobody takes while the batch runs.
 
 Failure rules (nothing lost, nothing delivered twice):
 - An actor whose process or node dies: the candidates it held are handed to other actors (a
@@ -58,6 +62,9 @@ from kernelzero.eval.verdict import Verdict
 INSTALL_HINT = ("the Ray pool needs Ray: pip install 'kernelzero[ray]' (or pip install "
                 "'ray[default]'), on every node of the cluster")
 RETRYABLE_EXCEPTIONS = (OSError, MemoryError)
+# The actors' concurrency group for batch hints: a hint must not queue behind judging, which
+# holds every slot of the default group while other batches run.
+HINT_GROUP = "kz_hints"
 
 
 def import_ray():
@@ -165,6 +172,13 @@ class JudgeActor:
     def warm_up(self, timeout_s: float) -> int:
         return self.ev.warm_up(timeout_s) if hasattr(self.ev, "warm_up") else 0
 
+    def expect(self, takes: int | None) -> None:
+        """About `takes` workers will be taken by this evaluator until the next hint (None: no
+        batch in progress); see `SparePool.expect`. Evaluators without a spare pool ignore it."""
+        spares = getattr(self.ev, "spares", None)
+        if hasattr(spares, "expect"):
+            spares.expect(takes)
+
     def judge(self, task, cand) -> tuple[Verdict, dict]:
         started = time.time()
         verdict = self.ev.judge(task, cand)
@@ -214,7 +228,7 @@ class RayPool:
         self._gpu = rc.claims_gpus(config)
         self._slots = (rc.runs_per_gpu or config.max_workers) if self._gpu else config.max_workers
         self._actor_cfg = dataclasses.replace(config, max_workers=self._slots)
-        self._actor_cls = ray.remote(JudgeActor)
+        self._actor_cls = ray.remote(concurrency_groups={HINT_GROUP: 1})(JudgeActor)
         self._cond = threading.Condition()
         self._queue: collections.deque[_Job] = collections.deque()
         self._actors: dict[int, _Actor] = {}
@@ -225,6 +239,9 @@ class RayPool:
         self._start_failures = 0    # actor starts failed in a row (reset by one that works)
         self._start_error = ""
         self._stalled_since: float | None = None  # queue waiting with no ready actor, since
+        self._batches = 0           # judge_many calls in progress
+        self._takes = 0             # worker takes those batches still expect (an estimate)
+        self._hints: list = []      # refs of expect() calls not yet collected
         self._stats = {"judged": 0, "retried": 0, "worker_lost": 0, "actors_lost": 0}
         self._per_node: collections.Counter = collections.Counter()
         # Where recent candidates ran: {"node_id", "pid", "gpu_ids", "resources", "started",
@@ -295,9 +312,11 @@ class RayPool:
                 while not self._closed and not self._queue and not self._inflight \
                         and not self._starting:
                     self._cond.wait(1.0)
+                    self._collect_hints()
                 if self._closed:
                     return
                 self._assign()
+                self._collect_hints()
                 refs = list(self._inflight) + list(self._starting)
             if time.time() - last_scan > self.ray_config.rescan_s:
                 last_scan = time.time()
@@ -367,6 +386,8 @@ class RayPool:
                 self._start_failures = 0
                 if aid in self._actors:
                     self._actors[aid].ready, self._actors[aid].where = True, where
+                    if self._batches:  # ready mid-batch (a cold start, a replacement)
+                        self._hint(self._share(), [self._actors[aid]])
                 return
             job, aid = self._inflight.pop(ref)
             if aid in self._actors:
@@ -416,6 +437,38 @@ class RayPool:
             flags=["worker_lost"], backend=cand.resolved_backend(), device=self.config.device,
             policy=self.config.policy, task_hash=task.hash, candidate_hash=cand.hash)
 
+    # -- batch hints (see judge_many) -----------------------------------------------------------
+    def _share(self) -> int:
+        """One ready actor's share of the takes expected: placement spreads the work over the
+        ready actors, though not evenly (affinity), so this is an estimate."""
+        ready = sum(1 for a in self._actors.values() if a.ready)
+        return -(-self._takes // max(1, ready))
+
+    def _hint(self, takes: int | None, actors=None) -> None:
+        """Send `expect(takes)` to these actors (default: every ready one) without waiting for
+        it; the caller holds self._cond. A hint only saves start-ups, so a dead actor's is
+        ignored (its judging calls report the death); the ref is kept until collected, since Ray
+        logs the errors that nobody read."""
+        if actors is None:
+            actors = [a for a in self._actors.values() if a.ready]
+        for actor in actors:
+            try:
+                method = actor.handle.expect.options(concurrency_group=HINT_GROUP)
+                self._hints.append(method.remote(takes))
+            except Exception:
+                pass
+
+    def _collect_hints(self, timeout_s: float = 0.0) -> None:
+        if not self._hints:
+            return
+        done, self._hints = self._ray.wait(self._hints, num_returns=len(self._hints),
+                                           timeout=timeout_s)
+        for ref in done:
+            try:
+                self._ray.get(ref)
+            except Exception:  # the actor died, or its evaluator's hint failed: no matter
+                pass
+
     # -- the evaluator API -------------------------------------------------------------------
     def judge(self, task, cand) -> Verdict:
         return self.judge_many([(task, cand)])[0]
@@ -424,17 +477,33 @@ class RayPool:
                    ) -> list[Verdict]:
         """Judge every pair on the cluster; results in input order, `on_verdict(i, v)` called
         once per index, from this thread, as soon as its verdict is in. Safe to call from
-        several threads at once (they share the actors)."""
+        several threads at once (they share the actors).
+
+        The batch hint: like the local `Evaluator.judge_many`, a batch expects one worker take
+        per candidate and one per distinct task (its reference; counted even when an actor has
+        it cached, and candidates rejected before a worker are counted too). While batches are
+        in progress each ready actor is told its share of what they still expect (ceil over the
+        ready actors; one that becomes ready mid-batch is told then), and `expect(None)` when
+        the last one ends. With batches from several threads a hint counts the others' takes
+        not yet delivered (some already taken: an overestimate, capped by the pool size), and
+        the end of a batch that is not the last sends nothing: the counts already sent stay at
+        or above what is left, if the actors got their shares."""
         if self._closed or self._broken:
             raise RuntimeError(self._broken or "this RayPool is closed")
         jobs = [_Job(tuple(pair), Future(), task_hash=pair[0].hash) for pair in pairs]
         index = {id(j.future): i for i, j in enumerate(jobs)}
-        with self._cond:
-            self._queue.extend(jobs)
-            self._cond.notify_all()
         results: list[Verdict | None] = [None] * len(jobs)
         failures: dict[int, str] = {}
         pending = {j.future for j in jobs}
+        takes = len(jobs) + len({j.task_hash for j in jobs})  # this batch's, not yet delivered
+        with self._cond:
+            self._batches += 1
+            self._takes += takes
+            # Hint before queuing, so that it reaches the actors before this batch's first
+            # takes (each take under no hint starts a refill for nobody).
+            self._hint(self._share())
+            self._queue.extend(jobs)
+            self._cond.notify_all()
         try:
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -446,12 +515,19 @@ class RayPool:
                     results[i] = fut.result()
                     if on_verdict is not None:
                         on_verdict(i, results[i])
+                with self._cond:  # a delivered candidate took its worker
+                    self._takes -= len(done)
+                takes -= len(done)
         finally:
-            if pending:  # interrupted (Ctrl-C, on_verdict raised): withdraw what is not started
-                with self._cond:
+            with self._cond:
+                if pending:  # interrupted (Ctrl-C, on_verdict raised): withdraw the unstarted
                     for job in jobs:
                         if job.future in pending and job in self._queue:
                             self._queue.remove(job)
+                self._batches -= 1
+                self._takes -= takes
+                if not self._batches:
+                    self._hint(None)
         if failures:
             raise RayPoolError(failures)
         return results  # type: ignore[return-value]
@@ -500,6 +576,8 @@ class RayPool:
                 job.future.set_exception(RuntimeError("the RayPool was closed"))
             self._queue.clear()
         self._thread.join(10)
+        with self._cond:
+            self._collect_hints(timeout_s=1.0)  # the last expect(None)s, sent just now
         for aid in list(self._actors):
             actor = self._actors.pop(aid)
             try:

@@ -5,15 +5,19 @@ Runs inside the worker process, on primitives captured before any untrusted code
 changes nothing here. The judge cross-checks the result against its own wall clock
 (evaluator.py) and re-checks the outputs of some timed calls.
 
-Each call gets fresh inputs; even-numbered calls copy them into the first call's buffers (so a
-cache keyed on addresses is wrong there), odd-numbered calls use new buffers. Before each call:
-the L2 cache is flushed (and persisting lines reset), then the GPU spins long enough to cover the
-host's launch of the call (`lead_ms_for`; longer once a call's launch outlasts it). The call is bracketed by a start and an end event on
-the timing stream, so neither launch latency nor a synchronize's latency is inside; a third
-event after a device-wide synchronize catches work left running after the call returned (an
-unjoined side stream, a background thread): when its gap exceeds the synchronize latency,
+Each call gets fresh inputs, drawn while the GPU is still busy with nothing else to wait for:
+right after the previous call's closing events, the previous inputs are dropped first, so the
+caching allocator hands their blocks back and the new values land at the addresses the last call
+used (a cache keyed on addresses answers stale, which the checked calls catch) without a copy.
+Before each call: the persisting-L2 lines are reset, the GPU spins long enough that, with the
+flush behind it, it covers the host's launch of the call (`lead_ms_for`; longer once a call's
+launch outlasts it), then the L2 cache is flushed. The call is bracketed by a start and an end
+event on the timing stream, so neither launch latency nor a synchronize's latency is inside; a
+third event after a device-wide synchronize catches work left running after the call returned
+(an unjoined side stream, a background thread): when its gap exceeds the synchronize latency,
 calibrated on empty calls (`sync_latency_ms`), the times include that work and the reply says
-`work_after_stream`.
+`work_after_stream`. Nothing else synchronises the host inside the loop, so the GPU is idle
+only between a call's end and the next inputs' first kernel.
 """
 from __future__ import annotations
 
@@ -57,28 +61,23 @@ def time_calls(worker, cmd: dict) -> dict:
     rel_spread, budget = float(cmd["rel_spread"]), float(cmd["budget_s"])
     flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
                         device=worker.device)
-    base = worker.make_inputs(int(seeds[0]))
 
-    def inputs_for(i: int, seed: int) -> list:
-        fresh = worker.make_inputs(seed)
-        if i % 2 == 1:
-            return fresh
-        for b, f in zip(base, fresh):
-            if isinstance(b, torch.Tensor):
-                b.copy_(f)
-        return base
+    def addresses(args) -> set:
+        return {x.data_ptr() for x in args if isinstance(x, torch.Tensor) and x.numel()}
 
     # Warm up by count and by time: the first calls after an idle spell run at idle clocks, and
     # a fixed count of a fast kernel ends before the clocks are up. The warm-up follows the
-    # timed calls' own pattern (fresh inputs, every other call in the first buffers), so the
+    # timed calls' own pattern (fresh inputs each call, the last ones dropped first), so the
     # caching allocator already holds every block they need (a cudaMalloc, or a cudaFree that
     # synchronises, inside a timed call would be timed) and the launch times measured here are
     # the ones the timed calls will have.
     warm_n, warm_s = int(cmd.get("warmup", 3)), float(cmd.get("warmup_ms", 0.0)) / 1e3
     t_warm, n, host_ms = prim["clock"](), 0, []
+    args = None
     with torch.no_grad():
         while n < warm_n or (prim["clock"]() - t_warm < warm_s and n < 10_000):
-            args = inputs_for(n, int(seeds[n % len(seeds)]))
+            args = None  # dropped before the next are drawn: the same blocks come back
+            args = worker.make_inputs(int(seeds[n % len(seeds)]))
             t_call = prim["clock"]()
             model(*args)
             host_ms.append(1e3 * (prim["clock"]() - t_call))
@@ -90,21 +89,23 @@ def time_calls(worker, cmd: dict) -> dict:
     rate = spin_cycles_per_ms(prim, stream)
     lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
     start, end, after = (prim["Event"](enable_timing=True) for _ in range(3))
-    prim["record"](start, stream)  # an event is created at its first record: not in a timed call
+    flush_ms = flush_gpu_ms(prim, stream, flush, start, end)  # events created here, not timed
     latency = sync_latency_ms(prim, stream, end, after)
     t_stream, t_all, gaps, outputs = [], [], [], {}
     allocs = _allocator_counts(torch, worker.device)
-    launch_bound = 0
+    launch_bound = same_address = 0
+    args = None
+    args = worker.make_inputs(int(seeds[0]))  # queued: the first call's spin waits behind it
+    seen = addresses(args)
     t_start = prim["clock"]()
     for i in range(max_n):
-        args = inputs_for(i, int(seeds[i]))
         if prim["l2_reset"] is not None:
             prim["l2_reset"]()  # persisting-L2 lines would survive the flush
-        prim["sync"]()
-        flush.zero_()
         t_launch = prim["clock"]()
-        if lead_ms:  # the GPU spins while the host launches the call
-            prim["gpu_sleep"](int(rate * lead_ms))
+        spin_ms = max(0.0, lead_ms - flush_ms)  # the flush covers part of the launch too
+        if spin_ms > 0:  # the GPU spins, then flushes, while the host launches the call
+            prim["gpu_sleep"](int(rate * spin_ms))
+        flush.zero_()
         with torch.no_grad():
             prim["record"](start, stream)
             out = model(*args)
@@ -120,24 +121,35 @@ def time_calls(worker, cmd: dict) -> dict:
             outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
         prim["sync"]()
         prim["record"](after, stream)
+        # The next call's inputs go in behind `after` now: the GPU draws them while the host
+        # reads this call's events. This call's are dropped first (same addresses, new values).
+        out = args = None
+        if i + 1 < max_n:
+            args = worker.make_inputs(int(seeds[i + 1]))
+            now = addresses(args)
+            same_address += bool(now) and now <= seen
+            seen |= now
         prim["ev_sync"](after)
         t_stream.append(prim["elapsed"](start, end))
         t_all.append(prim["elapsed"](start, after))
         if i not in checked:
             gaps.append(t_all[-1] - t_stream[-1])
-        del out
         if len(t_stream) >= min_n and (i + 1) > max(checked, default=-1):
             if prim["clock"]() - t_start > budget or spread_ok(t_stream, rel_spread):
                 break
+    loop_ms = 1e3 * (prim["clock"]() - t_start)
     gap = statistics.median(gaps) if gaps else 0.0
     late = gap > latency + max(0.02, 0.05 * statistics.median(t_stream))
     times = [max(s, a - latency) for s, a in zip(t_stream, t_all)] if late else t_stream
     after_allocs = _allocator_counts(torch, worker.device)
     return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-            "warmup_calls": n, "launch_lead_cycles": int(rate * lead_ms),
-            "launch_lead_ms": lead_ms, "launch_bound_calls": launch_bound,
+            "warmup_calls": n, "launch_lead_cycles": int(rate * max(0.0, lead_ms - flush_ms)),
+            "launch_lead_ms": lead_ms, "flush_ms": flush_ms, "launch_bound_calls": launch_bound,
+            "same_address_calls": same_address,
             "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
-            "sync_latency_ms": latency, "after_stream_gap_ms": gap}
+            "sync_latency_ms": latency, "after_stream_gap_ms": gap,
+            "loop_ms": loop_ms, "overhead_ms_per_call": loop_ms / len(t_stream)
+            - statistics.median(times)}
 
 
 LEAD_MAX_MS = 2.0
@@ -169,6 +181,18 @@ def spin_cycles_per_ms(prim, stream) -> float:
     prim["ev_sync"](end)
     ms = prim["elapsed"](start, end)
     return probe / ms if ms > 0 else 0.0
+
+
+def flush_gpu_ms(prim, stream, flush, start, end, n: int = 3) -> float:
+    """GPU time of one L2 flush (fastest of n): the part of the launch lead it provides."""
+    best = float("inf")
+    for _ in range(n):
+        prim["record"](start, stream)
+        flush.zero_()
+        prim["record"](end, stream)
+        prim["ev_sync"](end)
+        best = min(best, prim["elapsed"](start, end))
+    return max(0.0, best)
 
 
 def _allocator_counts(torch, device: str) -> dict:
