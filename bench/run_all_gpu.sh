@@ -7,7 +7,7 @@
 #   bash bench/run_all_gpu.sh speed RESULTS_DIR  # single-h200 + repeatability | Proposer + throughput x2
 #   bash bench/run_all_gpu.sh scale RESULTS_DIR  # the Ray pool on 1 GPU, then on 2 (nothing beside)
 #   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, x2 (+ spares 30), adversarial | repeatability + GPU tests
-#   bash bench/run_all_gpu.sh timing RESULTS_DIR # throughput x1, x2, x4 with spares 30, x1 default | repeatability + adversarial
+#   bash bench/run_all_gpu.sh timing RESULTS_DIR # throughput x1, x2, x4 (spares 30), x1 default, GPU tests | repeatability + adversarial
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
@@ -70,7 +70,7 @@ S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:c
 S02="02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
 S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
 S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
-S11="11_repeatability 180 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
+S11="11_repeatability 240 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
 S12="12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json"
 S13="13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
 S14="14_throughput_x2_spares 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30.json"
@@ -90,7 +90,7 @@ if [ "$part" = judge ]; then  # ~9 min on 2 GPUs: every judging and timing check
 fi
 
 if [ "$part" = timing ]; then  # ~9.5 min on 2 GPUs: the timed loop's cost, then its checks
-  two_lanes "$S13; $S14; $S15; $S03" "$S11; $S02"
+  two_lanes "$S13; $S14; $S15; $S03; $S01" "$S11; $S02"
 fi
 
 pool_spares() {  # pool_spares NGPU: --spares for the Ray judges (KZ_POOL_SPARES)

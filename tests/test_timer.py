@@ -89,8 +89,8 @@ def test_each_call_draws_fresh_inputs_after_dropping_the_last_ones():
     reply = time_calls(w, {**CMD, "warmup_ms": 0.0})
     assert alive and max(alive) == 0  # the last call's inputs were gone each time
     drawn = [k for k, e in enumerate(events) if e == "inputs"][-len(reply["times_ms"]):]
-    for a, b in zip(drawn, drawn[1:]):  # between two timed calls' inputs: start, end, after
-        assert events[a + 1:b] == ["rec", "rec", "rec"]
+    for a, b in zip(drawn, drawn[1:]):  # between two timed calls' draws: drawn, start, end, after
+        assert events[a + 1:b] == ["rec", "rec", "rec", "rec"]
     assert reply["loop_ms"] > 0 and "overhead_ms_per_call" in reply
     assert 0 <= reply["same_address_calls"] < len(reply["times_ms"])
 
@@ -110,6 +110,26 @@ def test_a_launch_that_outlasts_the_spin_is_counted_and_the_spin_grows():
     assert reply["launch_bound_calls"] >= 1
     assert reply["launch_lead_ms"] == 2.0  # grown to cover 4 ms, capped
     assert reply["allocator_calls"] == {"device_alloc": 0, "device_free": 0, "alloc_retries": 0}
+
+
+def test_a_long_draw_of_inputs_replaces_the_spin():
+    """Drawing the next inputs keeps the GPU busy while the host launches the call: once a draw
+    is known to take 20 ms of GPU time, the launch needs no spin (the first call still spins)."""
+    gpu, written, made = FakeGPU(), [], []
+    prim = gpu.primitives()
+
+    def event(enable_timing):
+        made.append(SimpleNamespace(t=0.0))
+        return made[-1]
+
+    def elapsed(a, b):  # time_calls makes start, end, after, drawn after the spin probe's two
+        return 20.0 if len(made) >= 6 and (a, b) == (made[4], made[5]) else 1e3 * (b.t - a.t)
+
+    w = _worker(gpu, torch.nn.ReLU(), written)
+    w.primitives = {**prim, "Event": event, "elapsed": elapsed}
+    reply = time_calls(w, {**CMD, "warmup_ms": 0.0})
+    assert reply["draw_ms"] == 20.0 and reply["spin_ms_median"] == 0.0
+    assert len(gpu.slept) == 2  # the rate probe and the first timed call
 
 
 def test_work_left_running_after_the_call_is_counted_and_flagged():

@@ -12,7 +12,8 @@ it says "worker":
 
 Several candidates are judged at once (`max_workers`): their imports, compiles and correctness
 trials overlap, while each timing has the GPU to itself (`GpuLock`: shared for running, exclusive
-for timing).
+for timing). A judgement that runs out of GPU memory beside others is judged again alone
+(`SoloGate`), so a verdict never blames a candidate for its neighbours' memory.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_referenc
                                        timing_details)
 from kernelzero.eval.reference_cache import ReferenceCache
 from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.solo_gate import SoloGate, out_of_memory
 from kernelzero.eval.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
 from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
@@ -91,6 +93,7 @@ class Evaluator:
                                 size=self.config.spare_pool_size if self.config.prestart else 0,
                                 start_method=self.config.worker_start)
         self.aborted = False
+        self._gate = SoloGate()
 
     # ------------------------------------------------------------------ public API
     def __enter__(self):
@@ -116,7 +119,16 @@ class Evaluator:
 
     def judge(self, task: Task, candidate: Candidate) -> Verdict:
         t0 = time.perf_counter()
-        v = self._judge(task, candidate)
+        with self._gate.shared() as crowded:
+            v = self._judge(task, candidate)
+            crowded = crowded()
+        if crowded and out_of_memory(v.status, v.reason) and not self.aborted:
+            with self._gate.alone():  # the others' memory may be why: judged again, alone
+                self.references.forget_failed(task.hash)
+                first = v.reason
+                v = self._judge(task, candidate)
+                v.flags.append("judged_alone_after_oom")
+                v.reason += f" (judged again alone: beside other judgements, {first[:120]})"
         v.wall_s = time.perf_counter() - t0
         v.task_hash, v.candidate_hash = task.hash, candidate.hash
         v.device, v.policy = self.config.device, self.config.policy

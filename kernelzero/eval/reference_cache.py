@@ -91,6 +91,14 @@ class ReferenceCache:
                     continue
             self.get(task).outputs()
 
+    def forget_failed(self, task_hash: str) -> None:
+        """Drop this task's reference if it finished and failed, so the next `get` runs it again
+        (it may have failed for want of memory that other judgements held)."""
+        with self._cond:
+            entry = self._entries.get(task_hash)
+            if entry is not None and entry.done.is_set() and not (entry.run and entry.run.ok):
+                del self._entries[task_hash]
+
     def clear(self) -> None:
         with self._cond:
             self._entries = {h: e for h, e in self._entries.items() if not e.done.is_set()}

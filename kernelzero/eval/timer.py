@@ -9,9 +9,9 @@ Each call gets fresh inputs, drawn while the GPU is still busy with nothing else
 right after the previous call's closing events, the previous inputs are dropped first, so the
 caching allocator hands their blocks back and the new values land at the addresses the last call
 used (a cache keyed on addresses answers stale, which the checked calls catch) without a copy.
-Before each call: the persisting-L2 lines are reset, the GPU spins long enough that, with the
-flush behind it, it covers the host's launch of the call (`lead_ms_for`; longer once a call's
-launch outlasts it), then the L2 cache is flushed. The call is bracketed by a start and an end
+Before each call: the persisting-L2 lines are reset, the GPU spins long enough that, with what
+is left of the draw and the flush behind it, it covers the host's launch of the call
+(`lead_ms_for`; longer once a call's launch outlasts it), then the L2 cache is flushed. The call is bracketed by a start and an end
 event on the timing stream, so neither launch latency nor a synchronize's latency is inside; a
 third event after a device-wide synchronize catches work left running after the call returned
 (an unjoined side stream, a background thread): when its gap exceeds the synchronize latency,
@@ -88,21 +88,30 @@ def time_calls(worker, cmd: dict) -> dict:
     stream = prim["stream"]()
     rate = spin_cycles_per_ms(prim, stream)
     lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
-    start, end, after = (prim["Event"](enable_timing=True) for _ in range(3))
+    start, end, after, drawn = (prim["Event"](enable_timing=True) for _ in range(4))
     flush_ms = flush_gpu_ms(prim, stream, flush, start, end)  # events created here, not timed
     latency = sync_latency_ms(prim, stream, end, after)
     t_stream, t_all, gaps, outputs = [], [], [], {}
     allocs = _allocator_counts(torch, worker.device)
-    launch_bound = same_address = 0
+    launch_bound, same_address, spins = 0, 0, []
     args = None
+    prim["record"](after, stream)
+    t_draw = prim["clock"]()
     args = worker.make_inputs(int(seeds[0]))  # queued: the first call's spin waits behind it
+    prim["record"](drawn, stream)
+    draw_ms = 0.0  # the last draw's time on the GPU's clock (none yet: the first call spins)
     seen = addresses(args)
     t_start = prim["clock"]()
     for i in range(max_n):
         if prim["l2_reset"] is not None:
             prim["l2_reset"]()  # persisting-L2 lines would survive the flush
         t_launch = prim["clock"]()
-        spin_ms = max(0.0, lead_ms - flush_ms)  # the flush covers part of the launch too
+        # GPU work still queued ahead of the start event covers part of the launch: the rest
+        # of this call's draw (half the last draw's time, less the host time since this draw
+        # began: an underestimate) and the flush. The spin covers the remainder.
+        queued_ms = max(0.0, 0.5 * draw_ms - 1e3 * (t_launch - t_draw)) + flush_ms
+        spin_ms = max(0.0, lead_ms - queued_ms)
+        spins.append(spin_ms)
         if spin_ms > 0:  # the GPU spins, then flushes, while the host launches the call
             prim["gpu_sleep"](int(rate * spin_ms))
         flush.zero_()
@@ -120,12 +129,15 @@ def time_calls(worker, cmd: dict) -> dict:
         if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
             outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
         prim["sync"]()
+        draw_ms = prim["elapsed"](after, drawn)  # this call's draw (both events are done)
         prim["record"](after, stream)
         # The next call's inputs go in behind `after` now: the GPU draws them while the host
         # reads this call's events. This call's are dropped first (same addresses, new values).
         out = args = None
         if i + 1 < max_n:
+            t_draw = prim["clock"]()
             args = worker.make_inputs(int(seeds[i + 1]))
+            prim["record"](drawn, stream)
             now = addresses(args)
             same_address += bool(now) and now <= seen
             seen |= now
@@ -143,8 +155,9 @@ def time_calls(worker, cmd: dict) -> dict:
     times = [max(s, a - latency) for s, a in zip(t_stream, t_all)] if late else t_stream
     after_allocs = _allocator_counts(torch, worker.device)
     return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-            "warmup_calls": n, "launch_lead_cycles": int(rate * max(0.0, lead_ms - flush_ms)),
-            "launch_lead_ms": lead_ms, "flush_ms": flush_ms, "launch_bound_calls": launch_bound,
+            "warmup_calls": n, "launch_lead_cycles": int(rate * spins[-1]),
+            "launch_lead_ms": lead_ms, "spin_ms_median": statistics.median(spins),
+            "flush_ms": flush_ms, "draw_ms": draw_ms, "launch_bound_calls": launch_bound,
             "same_address_calls": same_address,
             "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
             "sync_latency_ms": latency, "after_stream_gap_ms": gap,
