@@ -67,7 +67,9 @@ def test_a_judgement_knows_whether_another_ran_beside_it():
 def test_out_of_memory_verdicts_are_recognised():
     assert out_of_memory("runtime_error", "raised during the correctness trials: OutOfMemoryError: x")
     assert out_of_memory("invalid_task", "the reference failed to run: CUDA out of memory.")
-    assert not out_of_memory("incorrect", "CUDA out of memory")
+    assert out_of_memory("incorrect", "the candidate's outputs could not be read: shared CUDA "
+                                      "output could not be opened: CUDA out of memory. Tried")
+    assert not out_of_memory("incorrect", "output 0 differs: CUDA out of memory")
     assert not out_of_memory("runtime_error", "the worker died: SIGKILL (killed; out of memory?)")
     assert not out_of_memory("runtime_error", "raised: ValueError: boom")
 

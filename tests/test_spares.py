@@ -103,3 +103,24 @@ def test_a_failed_start_under_way_does_not_leave_a_taker_waiting():
     assert isinstance(pool.take("cand"), _FakeWorker)  # its own start, once the first failed
     assert pool._waiting == 0
     pool.close()
+
+
+def test_overlapping_batches_add_up_and_the_pool_refills_after_the_last():
+    """Several threads judging at once (the service): the first batch to end must not put the
+    pool back to full size while another still runs."""
+    pool = _pool(size=6)
+    pool.fill(5)
+    pool.begin_batch(2)
+    pool.begin_batch(3)
+    assert pool._expected == 5
+    for _ in range(2):
+        pool.take("a")
+    pool.end_batch()  # the other batch still expects 3
+    _settle(pool)
+    assert pool._expected == 3 and type(pool).started == 6
+    for _ in range(3):
+        pool.take("b")
+    pool.end_batch()
+    _settle(pool)
+    assert pool._expected is None and pool._ready.qsize() == 6 and type(pool).started == 11
+    pool.close()

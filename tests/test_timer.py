@@ -112,9 +112,9 @@ def test_a_launch_that_outlasts_the_spin_is_counted_and_the_spin_grows():
     assert reply["allocator_calls"] == {"device_alloc": 0, "device_free": 0, "alloc_retries": 0}
 
 
-def test_a_long_draw_of_inputs_replaces_the_spin():
-    """Drawing the next inputs keeps the GPU busy while the host launches the call: once a draw
-    is known to take 20 ms of GPU time, the launch needs no spin (the first call still spins)."""
+def test_the_draw_of_inputs_is_reported_and_every_call_still_spins():
+    """The next inputs' draw is timed on the GPU's clock (`draw_ms`, diagnostics), but it does
+    not shorten the spin: counting it coincided with a 31% spread on the H200 (docs/perf.md)."""
     gpu, written, made = FakeGPU(), [], []
     prim = gpu.primitives()
 
@@ -128,8 +128,8 @@ def test_a_long_draw_of_inputs_replaces_the_spin():
     w = _worker(gpu, torch.nn.ReLU(), written)
     w.primitives = {**prim, "Event": event, "elapsed": elapsed}
     reply = time_calls(w, {**CMD, "warmup_ms": 0.0})
-    assert reply["draw_ms"] == 20.0 and reply["spin_ms_median"] == 0.0
-    assert len(gpu.slept) == 2  # the rate probe and the first timed call
+    assert reply["draw_ms"] == 20.0 and reply["spin_ms_median"] > 0
+    assert len(gpu.slept) == 1 + len(reply["times_ms"])  # the rate probe, then one per call
 
 
 def test_work_left_running_after_the_call_is_counted_and_flagged():

@@ -178,7 +178,7 @@ class Evaluator:
         tasks = list({pairs[i][0].hash: pairs[i][0] for i in runs}.values())
         # A batch takes one worker per candidate and one per new task; spares beyond that would
         # start (CPU- and GPU-heavy) while this batch is judged, for nobody.
-        self.spares.expect(len(runs) + len(tasks))
+        self.spares.begin_batch(len(runs) + len(tasks))
         prefetch = threading.Thread(target=self.references.prefetch, daemon=True,
                                     args=(tasks, lambda: done.is_set() or self.aborted))
         prefetch.start()
@@ -198,7 +198,7 @@ class Evaluator:
             done.set()
             for i in range(len(pairs)):  # futures cancelled before they ran
                 release(i)
-            self.spares.expect(None)
+            self.spares.end_batch()
         pool.shutdown(wait=True)
         prefetch.join(timeout=1)
         return results  # type: ignore[return-value]

@@ -60,7 +60,9 @@ class SoloGate:
 
 
 def out_of_memory(status: str, reason: str) -> bool:
-    """A verdict that says the GPU ran out of memory (what a neighbour can cause)."""
+    """A verdict that says the GPU ran out of memory (what a neighbour can cause): in the
+    candidate's or the reference's worker, or in the judge while it opened the outputs."""
     r = reason.lower()
-    return status in ("runtime_error", "invalid_task") and (
-        "outofmemoryerror" in r or "out of memory" in r) and "killed; out of memory?" not in r
+    oom = ("outofmemoryerror" in r or "out of memory" in r) and "killed; out of memory?" not in r
+    judge_side = status == "incorrect" and r.startswith("the candidate's outputs could not be read")
+    return oom and (status in ("runtime_error", "invalid_task") or judge_side)

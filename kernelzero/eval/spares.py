@@ -25,7 +25,8 @@ class SparePool:
         self.start_method = start_method
         self._ready: queue.Queue[SandboxWorker] = queue.Queue()
         self._starting = 0
-        self._expected: int | None = None  # takes still expected by the batch in progress
+        self._expected: int | None = None  # takes still expected by the batches in progress
+        self._batches = 0  # batches begun (`begin_batch`) and not yet ended
         self._waiting = 0  # takers waiting for a spare
         self._lock = threading.Lock()
         self._closed = False
@@ -75,6 +76,23 @@ class SparePool:
         while between batches the pool refills to its full size."""
         with self._lock:
             self._expected = None if takes is None else max(0, int(takes))
+        self._refill()
+
+    def begin_batch(self, takes: int) -> None:
+        """`expect` for batches that may overlap (several threads judging at once): their takes
+        add up, and the pool goes back to full size only when the last one ends."""
+        with self._lock:
+            self._batches += 1
+            self._expected = (self._expected or 0) + max(0, int(takes))
+        self._refill()
+
+    def end_batch(self) -> None:
+        """A batch from `begin_batch` ended. The takes it expected but did not make stay counted
+        until the last batch ends (an overestimate, capped by the pool size)."""
+        with self._lock:
+            self._batches = max(0, self._batches - 1)
+            if not self._batches:
+                self._expected = None
         self._refill()
 
     def fill(self, timeout_s: float) -> int:
