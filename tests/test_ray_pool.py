@@ -11,6 +11,7 @@
 - the batch hint: each actor's spare pool expects its share of the batch's takes while it is
   judged (batches from two threads: a larger share), then None once the last batch ends; a hint
   that raises, or kills its actor, does not break the batch;
+- closing the pool ends a batch still being judged in another thread (RayPoolError, no hang);
 - (slow) a whole node removed mid-batch from a two-node cluster: its work finishes on the other.
 """
 from __future__ import annotations
@@ -297,6 +298,30 @@ def test_evaluator_bug_raises_after_delivering_the_rest(local_ray):
         with pytest.raises(RayPoolError, match="#1: ValueError: evaluator bug") as e:
             pool.judge_many(pairs, on_verdict=lambda i, v: seen.update({i: v.status}))
     assert seen == {0: "correct", 2: "incorrect"} and list(e.value.failures) == [1]
+
+
+def test_closing_the_pool_ends_a_batch_still_being_judged(local_ray):
+    """A judge_many in another thread gets RayPoolError for the candidates still on the actors
+    when the pool is closed, instead of waiting forever."""
+    pairs = [(Task.from_source("ref"), Candidate(f"ok {i}")) for i in range(2)]
+    pool = RayPool(CPU, evaluator_factory=functools.partial(sleepy, 30.0))
+    pool.warm_up(60)
+    outcome = {}
+
+    def batch():
+        try:
+            pool.judge_many(pairs)
+        except RayPoolError as e:
+            outcome["failures"] = e.failures
+
+    t = threading.Thread(target=batch)
+    t.start()
+    time.sleep(2.0)  # both candidates are on the actor now
+    pool.close()
+    t.join(20)
+    assert not t.is_alive()
+    assert sorted(outcome["failures"]) == [0, 1]
+    assert all("closed" in why for why in outcome["failures"].values())
 
 
 class HintLog:

@@ -124,11 +124,12 @@ class Evaluator:
             crowded = crowded()
         if crowded and out_of_memory(v.status, v.reason) and not self.aborted:
             with self._gate.alone():  # the others' memory may be why: judged again, alone
-                self.references.forget_failed(task.hash)
-                first = v.reason
-                v = self._judge(task, candidate)
-                v.flags.append("judged_alone_after_oom")
-                v.reason += f" (judged again alone: beside other judgements, {first[:120]})"
+                if not self.aborted:  # (Ctrl-C while it waited for the others)
+                    self.references.forget_failed(task.hash)
+                    first = v.reason
+                    v = self._judge(task, candidate)
+                    v.flags.append("judged_alone_after_oom")
+                    v.reason += f" (judged again alone: beside other judgements, {first[:120]})"
         v.wall_s = time.perf_counter() - t0
         v.task_hash, v.candidate_hash = task.hash, candidate.hash
         v.device, v.policy = self.config.device, self.config.policy

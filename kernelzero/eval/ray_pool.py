@@ -578,6 +578,14 @@ class RayPool:
         self._thread.join(10)
         with self._cond:
             self._collect_hints(timeout_s=1.0)  # the last expect(None)s, sent just now
+            # Nobody will collect the candidates still on the actors: their callers must not
+            # wait forever (a judge_many in another thread).
+            running = [job for job, _ in self._inflight.values()]
+            self._inflight.clear()
+        for job in running:
+            if not job.future.done():
+                job.future.set_exception(RuntimeError(
+                    "the RayPool was closed while this candidate was being judged"))
         for aid in list(self._actors):
             actor = self._actors.pop(aid)
             try:
