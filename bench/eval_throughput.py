@@ -99,7 +99,7 @@ def gpu_seconds(v, cfg) -> float:
 def timed_loops(verdicts) -> dict:
     """What the timed loops cost beyond the kernels (from each verdict's timing_details, the
     candidate's and, once per task, the reference's): host wall of the loops, their calls, the
-    median per-call overhead, and how many calls reused the last call's input addresses."""
+    median per-call overhead, and how many draws put their inputs at earlier calls' addresses."""
     loops, seen = [], set()
     for v in verdicts:
         for side, d in (v.timing_details or {}).items():
@@ -315,8 +315,8 @@ def report_throughput(tp: dict) -> None:
     if tl:
         print(f"  timed loops: {tl['loops']} ({tl['loop_s']:.1f} s of host wall), overhead per call "
               f"{tl['overhead_ms_per_call_median']:.3f} ms median ({tl['overhead_ms_per_call_max']:.3f} "
-              f"max) beyond the kernel; {tl['same_address_calls']} calls at the last inputs' "
-              f"addresses; {tl['launch_bound_calls']} launch-bound")
+              f"max) beyond the kernel; {tl['same_address_calls']} draws at earlier calls' "
+              f"addresses; {tl['launch_bound_calls']} launch-bound calls")
     print("  summed per-reference phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["reference_phases_sum_s"].items()))
 

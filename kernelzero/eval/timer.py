@@ -5,10 +5,10 @@ Runs inside the worker process, on primitives captured before any untrusted code
 changes nothing here. The judge cross-checks the result against its own wall clock
 (evaluator.py) and re-checks the outputs of some timed calls.
 
-Each call gets fresh inputs, drawn while the GPU is still busy with nothing else to wait for:
-right after the previous call's closing events, the previous inputs are dropped first, so the
-caching allocator hands their blocks back and the new values land at the addresses the last call
-used (a cache keyed on addresses answers stale, which the checked calls catch) without a copy.
+Each call gets fresh inputs, drawn right after the previous call's closing events. The previous
+inputs are dropped first, so the caching allocator hands their blocks back and the new values
+land at addresses an earlier call used (a cache keyed on addresses answers stale, which the
+checked calls catch) without a copy (`same_address_calls` counts the draws that did).
 Before each call: the persisting-L2 lines are reset, the GPU spins long enough that, with the
 flush behind it, it covers the host's launch of the call (`lead_ms_for`; longer once a call's
 launch outlasts it), then the L2 cache is flushed. The call is bracketed by a start and an end
@@ -16,8 +16,9 @@ event on the timing stream, so neither launch latency nor a synchronize's latenc
 third event after a device-wide synchronize catches work left running after the call returned
 (an unjoined side stream, a background thread): when its gap exceeds the synchronize latency,
 calibrated on empty calls (`sync_latency_ms`), the times include that work and the reply says
-`work_after_stream`. Nothing else synchronises the host inside the loop, so the GPU is idle
-only between a call's end and the next inputs' first kernel.
+`work_after_stream`. Nothing else synchronises the host inside the loop: the GPU waits for the
+host only between a call's end and the draw's first kernel, and while the host runs the
+reference's `get_inputs` (`draw_ms`: the last draw on the GPU's clock, waits included).
 """
 from __future__ import annotations
 
