@@ -159,11 +159,11 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     ref = {"loop_ms": 500.0, "overhead_ms_per_call": 0.5, "same_address_calls": 99}
-    verdicts = [SimpleNamespace(timing_details={"candidate": {"loop_ms": 100.0 * k,
-                                                              "overhead_ms_per_call": 0.1 * k,
-                                                              "same_address_calls": 90},
-                                                "reference": dict(ref)}) for k in (1, 2, 3)]
-    tl = bench.timed_loops(verdicts + [SimpleNamespace(timing_details={})])
+    verdicts = [SimpleNamespace(task_hash="t", timing_details={
+        "candidate": {"loop_ms": 100.0 * k, "overhead_ms_per_call": 0.1 * k,
+                      "same_address_calls": 90},
+        "reference": dict(ref)}) for k in (1, 2, 3)]
+    tl = bench.timed_loops(verdicts + [SimpleNamespace(task_hash="u", timing_details={})])
     assert tl["loops"] == 4 and abs(tl["loop_s"] - 1.1) < 1e-9
     assert tl["overhead_ms_per_call_median"] == 0.25 and tl["overhead_ms_per_call_max"] == 0.5
     assert tl["same_address_calls"] == 3 * 90 + 99

@@ -111,8 +111,8 @@ class EvalConfig:
     # a candidate only when these agree (the reward service reports them in /health).
     JUDGING_FIELDS = ("device", "backend", "policy", "tolerance", "correctness_trials",
                       "hardening_trials", "timing", "timing_warmup", "timing_warmup_ms",
-                      "timing_min_trials", "timing_max_trials", "timing_rel_spread", "timing_checked_calls",
-                      "compile_baseline", "max_library_share")
+                      "timing_min_trials", "timing_max_trials", "timing_rel_spread",
+                      "timing_checked_calls", "compile_baseline", "max_library_share")
 
     def judging_settings(self) -> dict:
         return {k: getattr(self, k) for k in self.JUDGING_FIELDS}

@@ -119,9 +119,9 @@ class Evaluator:
 
     def judge(self, task: Task, candidate: Candidate) -> Verdict:
         t0 = time.perf_counter()
-        with self._gate.shared() as crowded:
+        with self._gate.shared() as others_beside:
             v = self._judge(task, candidate)
-            crowded = crowded()
+            crowded = others_beside()
         if crowded and out_of_memory(v.status, v.reason) and not self.aborted:
             with self._gate.alone():  # the others' memory may be why: judged again, alone
                 if not self.aborted:  # (Ctrl-C while it waited for the others)

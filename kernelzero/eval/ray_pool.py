@@ -27,7 +27,7 @@ How the work is placed:
   actor; a dropped actor's tasks are forgotten. Nodes that join get actors within `rescan_s`.
 - Batch hint: actors get one candidate at a time, so `judge_many` tells each ready actor's spare
   pool how many workers to expect (its share of candidates + distinct tasks, see
-  `RayPool.judge_many`), as the local `Evaluator.judge_many` does, so that no actor keeps
+  `kernelzero.eval.ray_hints`), as the local `Evaluator.judge_many` does, so that no actor keeps
   starting spares (a CUDA context and CPU each) that nobody takes while the batch runs.
 
 Failure rules (nothing lost, nothing delivered twice):
@@ -56,15 +56,13 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.ray_hints import HINT_GROUP, BatchHints
 from kernelzero.eval.ray_placement import TaskAffinity, choose
 from kernelzero.eval.verdict import Verdict
 
 INSTALL_HINT = ("the Ray pool needs Ray: pip install 'kernelzero[ray]' (or pip install "
                 "'ray[default]'), on every node of the cluster")
 RETRYABLE_EXCEPTIONS = (OSError, MemoryError)
-# The actors' concurrency group for batch hints: a hint must not queue behind judging, which
-# holds every slot of the default group while other batches run.
-HINT_GROUP = "kz_hints"
 
 
 def import_ray():
@@ -239,9 +237,7 @@ class RayPool:
         self._start_failures = 0    # actor starts failed in a row (reset by one that works)
         self._start_error = ""
         self._stalled_since: float | None = None  # queue waiting with no ready actor, since
-        self._batches = 0           # judge_many calls in progress
-        self._takes = 0             # worker takes those batches still expect (an estimate)
-        self._hints: list = []      # refs of expect() calls not yet collected
+        self._hints = BatchHints(ray)  # each actor's share of the batches' worker takes
         self._stats = {"judged": 0, "retried": 0, "worker_lost": 0, "actors_lost": 0}
         self._per_node: collections.Counter = collections.Counter()
         # Where recent candidates ran: {"node_id", "pid", "gpu_ids", "resources", "started",
@@ -312,11 +308,11 @@ class RayPool:
                 while not self._closed and not self._queue and not self._inflight \
                         and not self._starting:
                     self._cond.wait(1.0)
-                    self._collect_hints()
+                    self._hints.collect()
                 if self._closed:
                     return
                 self._assign()
-                self._collect_hints()
+                self._hints.collect()
                 refs = list(self._inflight) + list(self._starting)
             if time.time() - last_scan > self.ray_config.rescan_s:
                 last_scan = time.time()
@@ -386,8 +382,7 @@ class RayPool:
                 self._start_failures = 0
                 if aid in self._actors:
                     self._actors[aid].ready, self._actors[aid].where = True, where
-                    if self._batches:  # ready mid-batch (a cold start, a replacement)
-                        self._hint(self._share(), [self._actors[aid]])
+                    self._hints.actor_ready(self._actors[aid].handle, len(self._ready()))
                 return
             job, aid = self._inflight.pop(ref)
             if aid in self._actors:
@@ -437,37 +432,9 @@ class RayPool:
             flags=["worker_lost"], backend=cand.resolved_backend(), device=self.config.device,
             policy=self.config.policy, task_hash=task.hash, candidate_hash=cand.hash)
 
-    # -- batch hints (see judge_many) -----------------------------------------------------------
-    def _share(self) -> int:
-        """One ready actor's share of the takes expected: placement spreads the work over the
-        ready actors, though not evenly (affinity), so this is an estimate."""
-        ready = sum(1 for a in self._actors.values() if a.ready)
-        return -(-self._takes // max(1, ready))
-
-    def _hint(self, takes: int | None, actors=None) -> None:
-        """Send `expect(takes)` to these actors (default: every ready one) without waiting for
-        it; the caller holds self._cond. A hint only saves start-ups, so a dead actor's is
-        ignored (its judging calls report the death); the ref is kept until collected, since Ray
-        logs the errors that nobody read."""
-        if actors is None:
-            actors = [a for a in self._actors.values() if a.ready]
-        for actor in actors:
-            try:
-                method = actor.handle.expect.options(concurrency_group=HINT_GROUP)
-                self._hints.append(method.remote(takes))
-            except Exception:
-                pass
-
-    def _collect_hints(self, timeout_s: float = 0.0) -> None:
-        if not self._hints:
-            return
-        done, self._hints = self._ray.wait(self._hints, num_returns=len(self._hints),
-                                           timeout=timeout_s)
-        for ref in done:
-            try:
-                self._ray.get(ref)
-            except Exception:  # the actor died, or its evaluator's hint failed: no matter
-                pass
+    def _ready(self) -> list:
+        """The ready actors' handles (the caller holds self._cond)."""
+        return [a.handle for a in self._actors.values() if a.ready]
 
     # -- the evaluator API -------------------------------------------------------------------
     def judge(self, task, cand) -> Verdict:
@@ -479,15 +446,8 @@ class RayPool:
         once per index, from this thread, as soon as its verdict is in. Safe to call from
         several threads at once (they share the actors).
 
-        The batch hint: like the local `Evaluator.judge_many`, a batch expects one worker take
-        per candidate and one per distinct task (its reference; counted even when an actor has
-        it cached, and candidates rejected before a worker are counted too). While batches are
-        in progress each ready actor is told its share of what they still expect (ceil over the
-        ready actors; one that becomes ready mid-batch is told then), and `expect(None)` when
-        the last one ends. With batches from several threads a hint counts the others' takes
-        not yet delivered (some already taken: an overestimate, capped by the pool size), and
-        the end of a batch that is not the last sends nothing: the counts already sent stay at
-        or above what is left, if the actors got their shares."""
+        Each actor's spare pool is told how many workers to expect (ray_hints.py), as the
+        local `Evaluator.judge_many` tells its own."""
         if self._closed or self._broken:
             raise RuntimeError(self._broken or "this RayPool is closed")
         jobs = [_Job(tuple(pair), Future(), task_hash=pair[0].hash) for pair in pairs]
@@ -497,11 +457,7 @@ class RayPool:
         pending = {j.future for j in jobs}
         takes = len(jobs) + len({j.task_hash for j in jobs})  # this batch's, not yet delivered
         with self._cond:
-            self._batches += 1
-            self._takes += takes
-            # Hint before queuing, so that it reaches the actors before this batch's first
-            # takes (each take under no hint starts a refill for nobody).
-            self._hint(self._share())
+            self._hints.begin(takes, self._ready())  # before queuing: before its first takes
             self._queue.extend(jobs)
             self._cond.notify_all()
         try:
@@ -516,7 +472,7 @@ class RayPool:
                     if on_verdict is not None:
                         on_verdict(i, results[i])
                 with self._cond:  # a delivered candidate took its worker
-                    self._takes -= len(done)
+                    self._hints.delivered(len(done))
                 takes -= len(done)
         finally:
             with self._cond:
@@ -524,10 +480,7 @@ class RayPool:
                     for job in jobs:
                         if job.future in pending and job in self._queue:
                             self._queue.remove(job)
-                self._batches -= 1
-                self._takes -= takes
-                if not self._batches:
-                    self._hint(None)
+                self._hints.end(takes, self._ready())
         if failures:
             raise RayPoolError(failures)
         return results  # type: ignore[return-value]
@@ -577,7 +530,7 @@ class RayPool:
             self._queue.clear()
         self._thread.join(10)
         with self._cond:
-            self._collect_hints(timeout_s=1.0)  # the last expect(None)s, sent just now
+            self._hints.collect(timeout_s=1.0)  # the last expect(None)s, sent just now
             # Nobody will collect the candidates still on the actors: their callers must not
             # wait forever (a judge_many in another thread).
             running = [job for job, _ in self._inflight.values()]

@@ -187,8 +187,8 @@ def _nbytes(obj) -> int:
 
 
 DETAIL_KEYS = ("warmup_calls", "launch_lead_ms", "spin_ms_median", "flush_ms", "draw_ms",
-               "launch_bound_calls", "same_address_calls", "allocator_calls", "loop_ms", "overhead_ms_per_call",
-               "sync_latency_ms", "after_stream_gap_ms")
+               "launch_bound_calls", "same_address_calls", "allocator_calls", "loop_ms",
+               "overhead_ms_per_call", "sync_latency_ms", "after_stream_gap_ms")
 
 
 def timing_details(reply: dict) -> dict:

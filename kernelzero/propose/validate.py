@@ -11,8 +11,8 @@ In order, stopping at the first stage that rejects (so cheap checks spare sandbo
    (`zeros`, `constant`, `identity`, `seed_independent`, `ignores_input`, `ignores_weights`,
    `small_output`, and `weights_constant` when `strict_weights`);
 3. budget: inputs + outputs (and, where the evaluator times, one forward's inputs plus its peak
-   allocations) within the memory cap (`memory`); on a timing device, the original module's measured eager runtime
-   within the runtime band (`runtime`). On CPU nothing is timed and the band is not checked:
+   allocations) within the memory cap (`memory`); on a timing device, the original module's
+   measured eager runtime within the runtime band (`runtime`). On CPU nothing is timed and the band is not checked:
    `figures["runtime_ms"]` stays None rather than an invented number.
 Every rejection is a `Rejection(code, message)`; a result lists all rejections of its stage.
 """
