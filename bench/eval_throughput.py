@@ -113,7 +113,16 @@ def timed_loops(verdicts) -> dict:
             "overhead_ms_per_call_median": statistics.median(d["overhead_ms_per_call"] for d in loops),
             "overhead_ms_per_call_max": max(d["overhead_ms_per_call"] for d in loops),
             "same_address_calls": sum(d.get("same_address_calls", 0) for d in loops),
-            "launch_bound_calls": sum(d.get("launch_bound_calls", 0) for d in loops)}
+            "launch_bound_calls": sum(d.get("launch_bound_calls", 0) for d in loops),
+            "spun_calls": sum(d.get("spun_calls", 0) for d in loops),
+            "synced_calls": sum(d.get("synced_calls", 0) for d in loops),
+            "between_calls_ms_median": _median_of(loops, "between_calls_ms"),
+            "l2_reset_ms": sum(d.get("l2_reset_ms", 0.0) for d in loops)}
+
+
+def _median_of(loops: list[dict], key: str):
+    vals = [d[key] for d in loops if d.get(key) is not None]
+    return statistics.median(vals) if vals else None
 
 
 def lock_timeline(path: str, t0: float, t1: float) -> dict:
@@ -124,9 +133,10 @@ def lock_timeline(path: str, t0: float, t1: float) -> dict:
     spans = {"exclusive": [], "shared": []}
     waits: dict = {}
     timing_wait = 0.0
+    labelled: list = []  # (start, end, mode, what) of every hold
     for line in Path(path).read_text().splitlines() if os.path.exists(path) else []:
         try:
-            ts, pid, tid, mode, event = line.split()
+            ts, pid, tid, mode, event, *what = line.split()
             ts = float(ts)
         except ValueError:
             continue
@@ -138,7 +148,8 @@ def lock_timeline(path: str, t0: float, t1: float) -> dict:
             if mode == "exclusive" and key in waits:
                 timing_wait += ts - waits.pop(key)
         elif event == "free" and key in holds:
-            spans[mode].append((holds.pop(key), ts))
+            spans[mode].append((holds[key], ts))
+            labelled.append((holds.pop(key), ts, mode, what[0] if what else "-"))
     for key, ts in holds.items():  # still held at the end
         spans[key[2]].append((ts, t1))
 
@@ -152,9 +163,46 @@ def lock_timeline(path: str, t0: float, t1: float) -> dict:
         return total
 
     excl, any_ = union(spans["exclusive"]), union(spans["exclusive"] + spans["shared"])
+    timed = sorted(spans["exclusive"])
     return {"wall_s": t1 - t0, "timing_held_s": excl, "shared_only_s": any_ - excl,
             "idle_s": (t1 - t0) - any_, "timing_wait_sum_s": timing_wait,
-            "timings": len(spans["exclusive"]), "shared_holds": len(spans["shared"])}
+            "timings": len(spans["exclusive"]), "shared_holds": len(spans["shared"]),
+            # before the first timing (references and first candidates loading and running),
+            # and after the last (the last re-checks and verdicts)
+            "before_first_timing_s": (timed[0][0] - t0) if timed else None,
+            "after_last_timing_s": (t1 - max(b for _, b in timed)) if timed else None,
+            "segments": _segments(spans, t0, t1), "holders": _holders(labelled, t0, t1)}
+
+
+def _holders(labelled: list, t0: float, t1: float) -> dict:
+    """What held the lock: per label (ref_run, cand_run, cand_time, ...) how many holds, their
+    summed and longest seconds, and the seconds in which only shared holders of it held it."""
+    out: dict = {}
+    for a, b, mode, what in labelled:
+        a, b = max(a, t0), min(b, t1)
+        if b <= a:
+            continue
+        d = out.setdefault(what, {"holds": 0, "held_s": 0.0, "max_s": 0.0})
+        d["holds"] += 1
+        d["held_s"] = round(d["held_s"] + (b - a), 4)
+        d["max_s"] = round(max(d["max_s"], b - a), 4)
+    return out
+
+
+def _segments(spans: dict, t0: float, t1: float) -> list:
+    """[start_s, end_s, state] from t0, state "timing" | "shared" | "idle": the lock's timeline."""
+    cuts = sorted({t0, t1} | {min(max(x, t0), t1) for iv in spans.values() for a, b in iv
+                              for x in (a, b)})
+    out: list = []
+    for a, b in zip(cuts, cuts[1:]):
+        mid = (a + b) / 2
+        state = ("timing" if any(x <= mid < y for x, y in spans["exclusive"]) else
+                 "shared" if any(x <= mid < y for x, y in spans["shared"]) else "idle")
+        if out and out[-1][2] == state:
+            out[-1][1] = round(b - t0, 4)
+        else:
+            out.append([round(a - t0, 4), round(b - t0, 4), state])
+    return out
 
 
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
@@ -310,13 +358,21 @@ def report_throughput(tp: dict) -> None:
     if lk:
         print(f"  GPU lock over the wall: timing {lk['timing_held_s']:.1f} s ({lk['timings']} timings), "
               f"shared only {lk['shared_only_s']:.1f} s, idle {lk['idle_s']:.1f} s; timings waited "
-              f"{lk['timing_wait_sum_s']:.1f} s in all")
+              f"{lk['timing_wait_sum_s']:.1f} s in all; first timing after "
+              f"{lk.get('before_first_timing_s') or 0:.2f} s, last one ended "
+              f"{lk.get('after_last_timing_s') or 0:.2f} s before the end")
+        print("  lock holds (count, summed s, longest s): " + ", ".join(
+            f"{w} {d['holds']} {d['held_s']:.2f} {d['max_s']:.2f}"
+            for w, d in sorted((lk.get("holders") or {}).items())))
     tl = tp.get("timed_loops") or {}
     if tl:
         print(f"  timed loops: {tl['loops']} ({tl['loop_s']:.1f} s of host wall), overhead per call "
               f"{tl['overhead_ms_per_call_median']:.3f} ms median ({tl['overhead_ms_per_call_max']:.3f} "
               f"max) beyond the kernel; {tl['same_address_calls']} draws at earlier calls' "
-              f"addresses; {tl['launch_bound_calls']} launch-bound calls")
+              f"addresses; {tl['launch_bound_calls']} launch-bound, {tl['spun_calls']} spun, "
+              f"{tl['synced_calls']} synchronised; GPU time between calls "
+              f"{tl['between_calls_ms_median'] or 0:.3f} ms median; L2 resets "
+              f"{tl['l2_reset_ms']:.0f} ms of host time")
     print("  summed per-reference phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["reference_phases_sum_s"].items()))
 

@@ -8,6 +8,8 @@
 #   bash bench/run_all_gpu.sh scale RESULTS_DIR  # the Ray pool on 1 GPU, then on 2 (nothing beside)
 #   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, x2 (+ spares 30), adversarial | repeatability + GPU tests
 #   bash bench/run_all_gpu.sh timing RESULTS_DIR # throughput x1, x2, x4 (spares 30), x1 default, GPU tests | repeatability + adversarial
+#   bash bench/run_all_gpu.sh ratio RESULTS_DIR  # throughput x1 (8 and 16 at once), x2, GPU tests | repeatability + adversarial
+#   bash bench/run_all_gpu.sh spread RESULTS_DIR # throughput x1, x1, x2 | x2, x1 (run-to-run spread)
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
@@ -25,8 +27,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|fit|checks|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|spread|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|spread|fit|checks|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -70,10 +72,14 @@ S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:c
 S02="02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
 S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
 S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
-S11="11_repeatability 240 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
+S11="11_repeatability 300 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
 S12="12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json"
 S13="13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
 S14="14_throughput_x2_spares 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30.json"
+S17="17_throughput_again 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30_again.json"
+S18="18_throughput_x2_again 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30_again.json"
+S19="19_throughput_third 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30_third.json"
+S16="16_throughput_w16 100 $TP --scales 1 --clocks warm --spares 30 --workers 16 --out $R/files/tp_x1_spares30_w16.json"
 S15="15_throughput_x4_spares 170 $TP --scales 4 --clocks warm --spares 30 --out $R/files/tp_x4_spares30.json"
 S21="21_train_single_h200 ${KZ_TRAIN_LIMIT_S:-380} $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200"
 
@@ -91,6 +97,14 @@ fi
 
 if [ "$part" = timing ]; then  # ~9.5 min on 2 GPUs: the timed loop's cost, then its checks
   two_lanes "$S13; $S14; $S15; $S03; $S01" "$S11; $S02"
+fi
+
+if [ "$part" = ratio ]; then  # ~8 min on 2 GPUs: wall / GPU at 8 and 16 at once, x2, GPU tests | repeatability, adversarial
+  two_lanes "$S13; $S16; $S14; $S17; $S01" "$S11; $S02"
+fi
+
+if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2
+  two_lanes "$S13; $S17; $S14" "$S18; $S19"
 fi
 
 pool_spares() {  # pool_spares NGPU: --spares for the Ray judges (KZ_POOL_SPARES)

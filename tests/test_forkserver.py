@@ -62,3 +62,79 @@ def test_a_killed_fork_server_is_replaced(tmp_path):
         assert type(w2.proc).__name__ == "ForkedProcess"
         assert w2.request({"op": "warm", "device": "cpu"}, 60)["ok"]
     assert time.monotonic() - t0 < 120
+
+
+def test_a_released_worker_is_killed_at_once_and_reaped_in_the_background(tmp_path):
+    """What a judgement does with its worker (`with w.released():`): the verdict does not wait
+    for the process to exit (on CUDA, its context's teardown), but it is killed right away and
+    `reap_pending` (Evaluator.close) waits until it is gone and its temp dir removed."""
+    from kernelzero.eval.sandbox import reap_pending
+    w = _worker(tmp_path)
+    w.start()
+    pid, folder = w.proc.pid, w.dir
+    slow = []
+    real_reap = w._reap
+
+    def slow_reap():  # stands in for a slow CUDA teardown
+        time.sleep(0.5)
+        slow.append(1)
+        real_reap()
+
+    w._reap = slow_reap
+    t0 = time.monotonic()
+    with w.released():
+        assert os.path.isdir(folder)
+    assert time.monotonic() - t0 < 0.3 and not slow  # the reaping has not waited
+    deadline = time.monotonic() + 10
+    while not _gone(pid) and time.monotonic() < deadline:  # killed at once (SIGKILL)
+        time.sleep(0.02)
+    assert _gone(pid)
+    reap_pending()
+    assert slow and w.proc.returncode is not None and not os.path.exists(folder)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (a zombie waiting to be reaped counts as gone)."""
+    try:
+        os.kill(pid, 0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return True
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_workers_get_their_own_network_namespace(tmp_path, method):
+    """Both ways of starting a worker leave it without the host's network (where the OS lets
+    root make a namespace). The spawned one does it itself, first thing: the judge no longer
+    forks itself with a `preexec_fn` to do it (slow and GIL-holding for a judge with CUDA)."""
+    mine = os.readlink("/proc/self/ns/net")
+    if not _can_unshare_network(mine):
+        pytest.skip("this machine does not let us make a network namespace (needs root)")
+    with SandboxWorker("cpu", SandboxLimits(), work_root=str(tmp_path), name="n",
+                       start_method=method) as w:
+        w.start()
+        task = os.path.join(w.dir, "ns_task.py")
+        open(task, "w").write("import os\nopen('ns.txt', 'w').write(os.readlink('/proc/self/ns/net'))\n")
+        reply = w.request({"op": "load", "role": "reference", "task_path": task, "device": "cpu"}, 60)
+        assert reply["ok"], reply
+        theirs = open(os.path.join(w.dir, "ns.txt")).read()
+        assert "KZ_NO_NETWORK" not in open(os.path.join(w.dir, "boot.log")).read()
+    assert theirs.startswith("net:[") and theirs != mine
+
+
+def _can_unshare_network(mine: str) -> bool:
+    from kernelzero.eval.sandbox import isolate_network
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child tries, reports, and leaves
+        try:
+            isolate_network()
+            os.write(w, os.readlink("/proc/self/ns/net").encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    theirs = os.read(r, 100).decode()
+    os.close(r)
+    os.waitpid(pid, 0)
+    return bool(theirs) and theirs != mine

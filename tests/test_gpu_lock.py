@@ -112,15 +112,21 @@ def test_lock_trace_gives_the_timeline_of_timed_shared_and_idle_time(tmp_path, m
     monkeypatch.setenv("KZ_GPU_LOCK_TRACE", str(trace))
     lock = _name()
     t0 = time.time()
-    with GpuLock(shared=True, name=lock):
+    with GpuLock(shared=True, name=lock, what="ref_run"):
         time.sleep(0.2)
     time.sleep(0.2)
-    with GpuLock(name=lock):
+    with GpuLock(name=lock, what="cand_time"):
         time.sleep(0.3)
     t1 = time.time()
     tl = bench.lock_timeline(str(trace), t0, t1)
+    assert set(tl["holders"]) == {"ref_run", "cand_time"}
+    assert tl["holders"]["ref_run"]["holds"] == 1 and 0.18 <= tl["holders"]["ref_run"]["max_s"] < 0.35
     assert tl["timings"] == 1 and tl["shared_holds"] == 1
     assert 0.28 <= tl["timing_held_s"] <= 0.5
     assert 0.18 <= tl["shared_only_s"] <= 0.35
     assert 0.18 <= tl["idle_s"] <= 0.4
     assert abs(tl["timing_held_s"] + tl["shared_only_s"] + tl["idle_s"] - (t1 - t0)) < 1e-6
+    states = [s for a, b, s in tl["segments"] if b - a > 0.05]  # (a few ms idle at the ends)
+    assert states == ["shared", "idle", "timing"]  # in order, merged
+    assert tl["segments"][0][0] == 0 and abs(tl["segments"][-1][1] - (t1 - t0)) < 1e-3
+    assert 0.38 <= tl["before_first_timing_s"] <= 0.6 and tl["after_last_timing_s"] < 0.1

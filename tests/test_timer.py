@@ -1,6 +1,8 @@
-"""The worker's timing loop (kernelzero/eval/timer.py) on the CPU, with host-clock stand-ins for
-CUDA events: the stopping rule, the checked outputs, the launch spin, and work left running after
-the call (a device-wide synchronize that has to wait) being caught as `work_after_stream`."""
+"""The worker's timing loop (kernelzero/eval/timer.py) on the CPU, against a simulated GPU that
+runs queued work in order on its own clock: the pipelined loop (the host queues ahead, the GPU
+never waits for it between covered calls), fresh inputs at the last call's addresses, the
+checked outputs, launch-bound calls and the spin that covers them, and work left running after
+the call being caught after a sampled device-wide synchronize (`work_after_stream`)."""
 import time
 from types import SimpleNamespace
 
@@ -8,35 +10,80 @@ import torch
 
 from kernelzero.eval.timer import spread_ok, time_calls
 
+CYCLES_PER_MS = 1_000_000
 
-class FakeGPU:
-    """Events read the host clock; `sync` also waits for work a module left 'running'."""
+
+class SimGPU:
+    """One stream: each queued piece of work starts once the GPU is free and the host has queued
+    it; an event completes when the GPU reaches it. Work on 'another stream' (`side_until`)
+    delays nothing but a device-wide synchronize."""
 
     def __init__(self):
-        self.pending_s = 0.0
-        self.slept = []
+        self.free_at = 0.0
+        self.side_until = 0.0
+        self.syncs = 0
+        self.slept: list[int] = []
+
+    def queue(self, ms: float) -> float:
+        self.free_at = max(self.free_at, time.perf_counter()) + ms / 1e3
+        return self.free_at
+
+    def _wait_until(self, t: float) -> None:
+        while time.perf_counter() < t:
+            time.sleep(max(0.0, min(0.001, t - time.perf_counter())))
 
     def primitives(self) -> dict:
         def record(ev, stream):
-            ev.t = time.perf_counter()
+            ev.t = self.queue(0.0)
 
         def sync():
-            time.sleep(self.pending_s)
-            self.pending_s = 0.0
+            self.syncs += 1
+            self._wait_until(max(self.free_at, self.side_until))
+
+        def sleep(cycles):
+            self.slept.append(cycles)
+            self.queue(cycles / CYCLES_PER_MS)
 
         return {"clock": time.perf_counter, "Event": lambda enable_timing: SimpleNamespace(t=0.0),
                 "stream": lambda: None, "sync": sync, "l2_reset": None, "record": record,
-                "gpu_sleep": lambda cycles: self.slept.append(cycles),
-                "elapsed": lambda a, b: 1e3 * (b.t - a.t), "ev_sync": lambda ev: None}
+                "gpu_sleep": sleep, "elapsed": lambda a, b: 1e3 * (b.t - a.t),
+                "query": lambda ev: time.perf_counter() >= ev.t,
+                "ev_sync": lambda ev: self._wait_until(ev.t)}
 
 
-def _worker(gpu: FakeGPU, model, written: list):
+class Kernel(torch.nn.Module):
+    """A forward that queues `ms` of GPU work (after `launch_s` of host time, once `slow_after`
+    calls have been made)."""
+
+    def __init__(self, gpu: SimGPU, ms: float, launch_s: float = 0.0, slow_after: int = 0,
+                 leaves_s: float = 0.0):
+        super().__init__()
+        self.gpu, self.ms, self.launch_s, self.slow_after, self.leaves_s = \
+            gpu, ms, launch_s, slow_after, leaves_s
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.launch_s and self.calls > self.slow_after:
+            time.sleep(self.launch_s)
+        self.gpu.queue(self.ms)
+        if self.leaves_s:  # 'still running' on a side stream until a device-wide synchronize
+            # (on a side stream that first waits for this stream to reach this point)
+            self.gpu.side_until = max(self.gpu.free_at, time.perf_counter()) + self.leaves_s
+        return x.relu()
+
+
+def _worker(gpu: SimGPU, model, written: list, draw_ms: float = 0.3):
     def write(name, out):
         written.append(name)
         return {"file": name}
 
+    def make_inputs(seed):
+        gpu.queue(draw_ms)  # the draw runs on the GPU, behind whatever is queued
+        return [torch.full((64,), float(seed))]
+
     return SimpleNamespace(torch=torch, primitives=gpu.primitives(), model=model, device="cpu",
-                           make_inputs=lambda seed: [torch.full((64,), float(seed))], _write=write)
+                           make_inputs=make_inputs, _write=write)
 
 
 CMD = {"seeds": list(range(40)), "checked": [3, 7], "min_trials": 10, "max_trials": 40,
@@ -44,21 +91,41 @@ CMD = {"seeds": list(range(40)), "checked": [3, 7], "min_trials": 10, "max_trial
 
 
 def test_a_plain_module_is_timed_and_its_checked_calls_written():
-    gpu, written = FakeGPU(), []
-    reply = time_calls(_worker(gpu, torch.nn.ReLU(), written), CMD)
+    gpu, written = SimGPU(), []
+    reply = time_calls(_worker(gpu, Kernel(gpu, 2.0), written), CMD)
     assert reply["ok"] and not reply["work_after_stream"]
-    assert 8 <= len(reply["times_ms"]) <= 40 and min(reply["times_ms"]) >= 0
+    assert 10 <= len(reply["times_ms"]) <= 40
+    assert all(1.9 <= t <= 3.0 for t in reply["times_ms"])  # the kernel's 2 ms, no host time
     assert written == ["timed_3.bin", "timed_7.bin"]  # the stopping rule waits for them
-    assert reply["warmup_calls"] >= 3
-    assert reply["launch_lead_cycles"] > 0 and all(c > 0 for c in gpu.slept[1:])
-    assert gpu.slept[-1] == reply["launch_lead_cycles"]
+    assert reply["warmup_calls"] >= 3 and reply["launch_lead_cycles"] > 0
+    # it stops only once 6 unchecked calls were followed by a synchronize (or at the maximum)
+    assert reply["synced_calls"] >= 6 or len(reply["times_ms"]) == 40
+
+
+def test_the_host_queues_ahead_and_synchronises_only_sampled_calls():
+    """The pipelined loop: a device-wide synchronize after about one call in 8 (and the last),
+    a spin only where nothing queued covers the call, and the GPU goes from one call's end to
+    the next call's start with only the draw (0.3 ms here) between them."""
+    gpu, written = SimGPU(), []
+    cmd = {**CMD, "min_trials": 40, "warmup_ms": 0.0}
+    syncs_before = []
+    w = _worker(gpu, Kernel(gpu, 3.0), written)
+    warm = w.primitives["sync"]
+    w.primitives["sync"] = lambda: (syncs_before.append(gpu.syncs), warm())[1]
+    reply = time_calls(w, cmd)
+    n = len(reply["times_ms"])
+    assert n == 40 and 1 <= reply["synced_calls"] <= 20  # ~6 expected; 20+ has p < 1e-5
+    assert reply["spun_calls"] <= reply["synced_calls"] + reply["launch_bound_calls"] + 1
+    assert reply["launch_bound_calls"] <= 2
+    assert 0.25 <= reply["between_calls_ms"] < 0.6
+    assert reply["overhead_ms_per_call"] < 1.0
 
 
 def test_the_warm_up_follows_the_timed_calls_input_pattern():
     """Fresh inputs on every warm-up call too (so the allocator holds every block the timed
     calls need before the first one is timed)."""
-    gpu, written, seeds_seen = FakeGPU(), [], []
-    w = _worker(gpu, torch.nn.ReLU(), written)
+    gpu, written, seeds_seen = SimGPU(), [], []
+    w = _worker(gpu, Kernel(gpu, 0.2), written)
     make = w.make_inputs
     w.make_inputs = lambda seed: (seeds_seen.append(seed), make(seed))[1]
     reply = time_calls(w, {**CMD, "warmup": 5, "warmup_ms": 0.0})
@@ -68,11 +135,11 @@ def test_the_warm_up_follows_the_timed_calls_input_pattern():
 
 def test_each_call_draws_fresh_inputs_after_dropping_the_last_ones():
     """So the caching allocator hands their blocks back: new values at the addresses the last
-    call used (an address-keyed cache answers stale), with no copy. Inputs are drawn only once
-    the previous call's closing events are recorded (behind them on the stream)."""
+    call used (an address-keyed cache answers stale), with no copy. Inputs are drawn once the
+    previous call's end event is queued (behind it on the stream)."""
     import weakref
-    gpu, written, alive, events = FakeGPU(), [], [], []
-    w = _worker(gpu, torch.nn.ReLU(), written)
+    gpu, written, alive, events = SimGPU(), [], [], []
+    w = _worker(gpu, Kernel(gpu, 0.5), written)
     record = w.primitives["record"]
     w.primitives["record"] = lambda ev, s: (events.append("rec"), record(ev, s))
     made = w.make_inputs
@@ -89,59 +156,27 @@ def test_each_call_draws_fresh_inputs_after_dropping_the_last_ones():
     reply = time_calls(w, {**CMD, "warmup_ms": 0.0})
     assert alive and max(alive) == 0  # the last call's inputs were gone each time
     drawn = [k for k, e in enumerate(events) if e == "inputs"][-len(reply["times_ms"]):]
-    for a, b in zip(drawn, drawn[1:]):  # between two timed calls' draws: drawn, start, end, after
-        assert events[a + 1:b] == ["rec", "rec", "rec", "rec"]
+    for a, b in zip(drawn, drawn[1:]):  # between two draws: start, end (and after, if synced)
+        assert events[a + 1:b] in (["rec", "rec"], ["rec", "rec", "rec"])
     assert reply["loop_ms"] > 0 and "overhead_ms_per_call" in reply
     assert 0 <= reply["same_address_calls"] < len(reply["times_ms"])
 
 
-def test_a_launch_that_outlasts_the_spin_is_counted_and_the_spin_grows():
-    gpu, written = FakeGPU(), []
-    calls = []
-
-    class SlowLaunchLater(torch.nn.Module):
-        def forward(self, x):
-            calls.append(1)
-            if len(calls) > 8:  # after the warm-up: a host that got busy
-                time.sleep(0.004)
-            return x.relu()
-
-    reply = time_calls(_worker(gpu, SlowLaunchLater(), written), {**CMD, "warmup_ms": 0.0})
+def test_a_launch_the_gpu_overtakes_is_counted_and_covered_by_a_spin():
+    gpu, written = SimGPU(), []
+    model = Kernel(gpu, 0.05, launch_s=0.004, slow_after=8)  # after the warm-up: a busy host
+    reply = time_calls(_worker(gpu, model, written, draw_ms=0.05), {**CMD, "warmup_ms": 0.0})
     assert reply["launch_bound_calls"] >= 1
     assert reply["launch_lead_ms"] == 2.0  # grown to cover 4 ms, capped
+    assert gpu.slept[-1] >= 1.9 * CYCLES_PER_MS  # and the GPU spins that long (less the flush)
     assert reply["allocator_calls"] == {"device_alloc": 0, "device_free": 0, "alloc_retries": 0}
 
 
-def test_the_draw_of_inputs_is_reported_and_every_call_still_spins():
-    """The next inputs' draw is timed on the GPU's clock (`draw_ms`, diagnostics), but it does
-    not shorten the spin: counting it coincided with a 31% spread on the H200 (docs/perf.md)."""
-    gpu, written, made = FakeGPU(), [], []
-    prim = gpu.primitives()
-
-    def event(enable_timing):
-        made.append(SimpleNamespace(t=0.0))
-        return made[-1]
-
-    def elapsed(a, b):  # time_calls makes start, end, after, drawn after the spin probe's two
-        return 20.0 if len(made) >= 6 and (a, b) == (made[4], made[5]) else 1e3 * (b.t - a.t)
-
-    w = _worker(gpu, torch.nn.ReLU(), written)
-    w.primitives = {**prim, "Event": event, "elapsed": elapsed}
-    reply = time_calls(w, {**CMD, "warmup_ms": 0.0})
-    assert reply["draw_ms"] == 20.0 and reply["spin_ms_median"] > 0
-    assert len(gpu.slept) == 1 + len(reply["times_ms"])  # the rate probe, then one per call
-
-
 def test_work_left_running_after_the_call_is_counted_and_flagged():
-    gpu, written = FakeGPU(), []
-
-    class LeavesWork(torch.nn.Module):
-        def forward(self, x):
-            gpu.pending_s = 0.005  # 'still running' until the next device-wide synchronize
-            return x.relu()
-
-    reply = time_calls(_worker(gpu, LeavesWork(), written), CMD)
+    gpu, written = SimGPU(), []
+    reply = time_calls(_worker(gpu, Kernel(gpu, 0.2, leaves_s=0.005), written), CMD)
     assert reply["work_after_stream"]
+    assert 6 <= len(reply["times_ms"]) <= reply["synced_calls"]  # only calls a synchronize closed
     assert min(reply["times_ms"]) >= 4.0  # the 5 ms of unjoined work are inside every time
 
 
@@ -158,12 +193,14 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
         "eval_throughput", Path(__file__).resolve().parents[1] / "bench" / "eval_throughput.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    ref = {"loop_ms": 500.0, "overhead_ms_per_call": 0.5, "same_address_calls": 99}
+    ref = {"loop_ms": 500.0, "overhead_ms_per_call": 0.5, "same_address_calls": 99,
+           "between_calls_ms": 0.4, "synced_calls": 12}
     verdicts = [SimpleNamespace(task_hash="t", timing_details={
         "candidate": {"loop_ms": 100.0 * k, "overhead_ms_per_call": 0.1 * k,
-                      "same_address_calls": 90},
+                      "same_address_calls": 90, "between_calls_ms": 0.1 * k},
         "reference": dict(ref)}) for k in (1, 2, 3)]
     tl = bench.timed_loops(verdicts + [SimpleNamespace(task_hash="u", timing_details={})])
     assert tl["loops"] == 4 and abs(tl["loop_s"] - 1.1) < 1e-9
     assert tl["overhead_ms_per_call_median"] == 0.25 and tl["overhead_ms_per_call_max"] == 0.5
-    assert tl["same_address_calls"] == 3 * 90 + 99
+    assert tl["same_address_calls"] == 3 * 90 + 99 and tl["synced_calls"] == 12
+    assert abs(tl["between_calls_ms_median"] - 0.25) < 1e-9

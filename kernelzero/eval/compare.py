@@ -122,9 +122,10 @@ def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Co
         r_, c_ = torch.view_as_real(r).to(wide), torch.view_as_real(c).to(wide)
     else:
         r_, c_ = r.to(wide), c.to(wide)
-    # One reduction each tells whether everything is finite (max propagates NaN and Inf).
-    all_fin = bool(torch.isfinite(r_.abs().amax()))
-    if not all_fin or not bool(torch.isfinite(c_.abs().amax())):
+    # One reduction each tells whether everything is finite (max propagates NaN and Inf); both
+    # answers come back in one transfer (each transfer waits for the GPU).
+    all_fin, c_all_fin = torch.stack([r_.abs().amax(), c_.abs().amax()]).isfinite().tolist()
+    if not all_fin or not c_all_fin:
         r_fin, c_fin = torch.isfinite(r_), torch.isfinite(c_)
         bad_fin = r_fin & ~c_fin
         if bool(bad_fin.any()):
@@ -138,17 +139,21 @@ def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Co
                 return _fail(res, f"{where} differs where the reference is NaN/Inf", "value_mismatch")
             r_, c_ = r_[r_fin], c_[r_fin]
     atol, rtol = tol(str(r.dtype).removeprefix("torch."))
-    # atol is relative to the output's scale once that exceeds 1 (its RMS): rounding errors of
-    # legitimate kernels grow with the magnitudes involved (long dot products, heavy-tailed inputs).
+    max_abs = max_rel = ref_norm = err_norm = 0.0
+    excess = -1.0
     if r_.numel():
-        atol *= max(1.0, float(torch.linalg.vector_norm(r_)) / r_.numel() ** 0.5)
-    diff = (c_ - r_).abs_()
-    mag = r_.abs()
-    max_abs = float(diff.amax()) if diff.numel() else 0.0
-    excess = float((diff - mag * rtol).amax()) - atol if diff.numel() else -1.0
-    ref_norm = float(torch.linalg.vector_norm(mag))
-    err_norm = float(torch.linalg.vector_norm(diff))
-    max_rel = float(diff.div_(mag.clamp_min_(atol)).amax()) if diff.numel() else 0.0  # in place
+        # atol is relative to the output's scale once that exceeds 1 (its RMS): rounding errors
+        # of legitimate kernels grow with the magnitudes involved (long dot products,
+        # heavy-tailed inputs). Every figure is computed on the device and read in one transfer;
+        # the in-place steps come last in the stream's order, after the reductions that need
+        # the values they overwrite.
+        atol_t = (torch.linalg.vector_norm(r_) / r_.numel() ** 0.5).clamp_min(1.0) * atol
+        diff = (c_ - r_).abs_()
+        mag = r_.abs()
+        parts = [atol_t, diff.amax(), (diff - mag * rtol).amax() - atol_t,
+                 torch.linalg.vector_norm(mag), torch.linalg.vector_norm(diff)]
+        parts.append(diff.div_(mag.clamp_min_(atol_t)).amax())
+        atol, max_abs, excess, ref_norm, err_norm, max_rel = torch.stack(parts).tolist()
     res.max_abs_err = max(res.max_abs_err, max_abs)
     res.max_rel_err = max(res.max_rel_err, max_rel)
     if excess > 0:

@@ -19,7 +19,7 @@ from dataclasses import asdict
 # v4: the warm-up follows the timed calls' input pattern, and the spin grows once a call's
 # launch outlasts it. v5: each call's inputs are drawn right after the last call's events, at its
 # addresses (no copy, no synchronize before the flush); the flush counts toward the launch lead.
-TIMING_METHOD = "events-behind-flush-v5"
+TIMING_METHOD = "events-pipelined-v6"
 
 
 def _version(pkg: str) -> str | None:

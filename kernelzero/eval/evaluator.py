@@ -29,9 +29,10 @@ from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
 from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
-                                       timing_details)
+                                       timed_calls, timing_details, worker_breakdown)
 from kernelzero.eval.reference_cache import ReferenceCache
-from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
+                                    reap_pending)
 from kernelzero.eval.solo_gate import SoloGate, out_of_memory
 from kernelzero.eval.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
@@ -105,6 +106,7 @@ class Evaluator:
     def close(self) -> None:
         self.references.clear()
         self.spares.close()
+        reap_pending()  # judged workers are reaped in the background: all gone when this returns
 
     def abort(self) -> None:
         """Kill every worker now (Ctrl-C). Verdicts still in flight are discarded, not stored."""
@@ -114,7 +116,11 @@ class Evaluator:
 
     def warm_up(self, timeout_s: float = 300.0) -> int:
         """Start the spare workers now and wait until they are ready (at most timeout_s); returns
-        how many are. Optional: without it the first batch starts them."""
+        how many are. Optional: without it the first batch starts them. With outputs shared over
+        CUDA IPC the judge's own CUDA context and comparison kernels are made ready too, instead
+        of by the first batch's first outputs (a few hundred ms, under the GPU lock)."""
+        if self.config.device == "cuda" and self.config.transfer_mode == "ipc":
+            _warm_judge_cuda(self.config.tolerance_for)
         return self.spares.fill(timeout_s)
 
     def judge(self, task: Task, candidate: Candidate) -> Verdict:
@@ -197,6 +203,7 @@ class Evaluator:
             raise
         finally:
             done.set()
+            self.references.wake()
             for i in range(len(pairs)):  # futures cancelled before they ran
                 release(i)
             self.spares.end_batch()
@@ -300,7 +307,7 @@ class Evaluator:
             return Verdict(status="runtime_error", backend=backend,
                            reason=f"could not start a sandbox worker: {e}")
         reference = self.references.get(task)  # started now, it runs while this one loads
-        with w:
+        with w.released():
             self._live.add(w)
             cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
             Path(cand_path).write_text(cand.source, encoding="utf-8")
@@ -328,7 +335,7 @@ class Evaluator:
                 t1 = time.perf_counter()
                 # Building and the correctness trials run alongside other candidates' (shared
                 # lock); the timing below waits for the GPU to itself (exclusive lock).
-                with gpu_lock_for(cfg.device, shared=True):
+                with gpu_lock_for(cfg.device, shared=True, what="cand_run"):
                     phases["gpu_wait_s"] = time.perf_counter() - t1
                     t2 = time.perf_counter()
                     info = w.request({"op": "build", "init_seed": 0}, cfg.load_timeout_s)
@@ -346,25 +353,25 @@ class Evaluator:
                     if not ref.ok:
                         return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
                     t3 = time.perf_counter()
-                    with gpu_lock_for(cfg.device):
+                    with gpu_lock_for(cfg.device, what="cand_time"):
                         phases["timing_wait_s"] = time.perf_counter() - t3
                         t4 = time.perf_counter()
                         reply = time_module(w, cfg, ref.schedule, ref.l2_bytes,
                                             checked=ref.schedule.checked)
                         judge_wall_ms = (time.perf_counter() - t4) * 1e3
-                        # Taken now (the judge's own copies), compared after the GPU is free.
-                        outs = self._timed_outputs(w, reply)
                         phases["timing_s"] = time.perf_counter() - t4
-                    # Re-checking the timed calls' outputs needs a GPU, not a quiet one.
-                    t4 = time.perf_counter()
-                    with gpu_lock_for(cfg.device, shared=True):
+                        # The timed calls' outputs are re-checked while the GPU is still held:
+                        # a few milliseconds more here, instead of queueing once more for the
+                        # GPU (shared) behind every timing waiting by then.
+                        t4 = time.perf_counter()
+                        outs = self._timed_outputs(w, reply)  # the judge's own copies
                         v = self._timing(ref, backend, stats, reply, judge_wall_ms, outs)
-                    phases["timed_check_s"] = time.perf_counter() - t4
+                        phases["timed_check_s"] = time.perf_counter() - t4
                 elif v is None:
                     v = self._correct_verdict(backend, None, ref, stats)
                 if v.status == "correct" and self._profiles():
                     phase = "run"
-                    with gpu_lock_for(cfg.device, shared=True):
+                    with gpu_lock_for(cfg.device, shared=True, what="library_check"):
                         v = self._library_check(w, ref, backend, v)
                 v.log_tail = w.log_tail()
                 v.phases_s = {k: round(x, 4) for k, x in phases.items()}
@@ -396,7 +403,7 @@ class Evaluator:
         reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials], "poison": True,
                            "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
         phases["run_s"] = time.perf_counter() - t0
-        phases.update(_worker_breakdown(reply))
+        phases.update(worker_breakdown(reply))
         t0 = time.perf_counter()
         if not reply.get("ok"):
             return Verdict(status=_status(reply.get("status")), backend=backend,
@@ -413,7 +420,9 @@ class Evaluator:
                                reason="strict policy: ModelNew.forward ran PyTorch compute ops "
                                       f"({', '.join(bad[:6])}); compute must happen in its own "
                                       "kernels"), None
+        t1 = time.perf_counter()
         results = decode_trials(w, reply)
+        phases["decode_s"] = time.perf_counter() - t1  # the judge's copies of the outputs
         if len(results) != len(trials):
             return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                            reason="the candidate process returned the wrong number of trials"), None
@@ -492,7 +501,7 @@ class Evaluator:
         timing = Timing.from_samples(times)
         # Flagged, not rejected: the two loops' fixed costs differ with their call counts, so
         # this check is evidence for a human (and a reward that wants it), not a verdict.
-        unconfirmed = unconfirmed_saving(ref, timing, judge_wall_ms)
+        unconfirmed = unconfirmed_saving(ref, timing, judge_wall_ms, timed_calls(reply, timing))
         floor = roofline_floor_ms(ref, self._gpu_name)
         if floor and timing.median_ms < 0.5 * floor:
             return Verdict(status="rejected", backend=backend, flags=["implausible_speedup"],
@@ -549,21 +558,6 @@ class Evaluator:
         return v
 
 
-def _worker_breakdown(reply: dict) -> dict:
-    """Where the worker says its correctness trials spent their time (diagnostics only: the
-    worker's word, never used for a verdict)."""
-    try:
-        trials = reply.get("trials") or []
-        parts = {f"run_{k}_s": sum(float(t.get(f"{k}_ms", 0.0)) for t in trials) / 1e3
-                 for k in ("inputs", "wall", "mutation_check")}
-        if trials:
-            parts["run_first_trial_s"] = sum(float(trials[0].get(f"{k}_ms", 0.0)) for k in
-                                             ("inputs", "wall", "mutation_check")) / 1e3
-        return parts
-    except (TypeError, ValueError, AttributeError):
-        return {}
-
-
 _GERUND = {"load": "loading", "run": "running", "time": "timing"}
 
 
@@ -576,6 +570,15 @@ def _loading_reason(info: dict) -> str:
     phase = info.get("phase")
     where = {"import": "failed to import/compile", "init": "failed to build ModelNew"}.get(phase, "failed to load")
     return f"the candidate {where}: {info.get('reason')}"
+
+
+def _warm_judge_cuda(tolerance_for) -> None:
+    """The judge's CUDA context, and the kernels a comparison of float outputs launches."""
+    import torch
+    x = torch.randn(4096, device="cuda")
+    ref, cand = TensorOut(x, "cuda", True, []), TensorOut(x.clone(), "cuda", True, [])
+    compare_outputs(ref, cand, tolerance_for, "cuda")
+    torch.cuda.synchronize()
 
 
 def _probe_gpu() -> str | None:

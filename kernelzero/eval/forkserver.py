@@ -276,8 +276,8 @@ def _become_worker(req: dict, fds: list[int]) -> None:
         os.dup2(fds[2], 2)
         os.closerange(3, 65536)  # the judge's socket and every other inherited descriptor
         if req.get("no_network"):
-            from kernelzero.eval.sandbox import _isolate_network
-            _isolate_network()
+            from kernelzero.eval.sandbox import isolate_network
+            isolate_network()
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])

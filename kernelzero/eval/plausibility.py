@@ -15,7 +15,8 @@ PEAK_BANDWIDTH = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.04
                   "L40S": 0.864e12, "A10": 0.6e12, "4090": 1.0e12, "B200": 8.0e12}
 
 
-def unconfirmed_saving(ref: ReferenceRun, cand: Timing, cand_wall_ms: float) -> bool:
+def unconfirmed_saving(ref: ReferenceRun, cand: Timing, cand_wall_ms: float,
+                       cand_calls: int | None = None) -> bool:
     """Cross-check of the worker's CUDA-event times against the judge's own clock.
 
     Both timed loops (reference and candidate) do the same per-call work besides the module
@@ -27,7 +28,7 @@ def unconfirmed_saving(ref: ReferenceRun, cand: Timing, cand_wall_ms: float) -> 
     if not ref.timing or not ref.time_wall_ms_per_call or not cand.n:
         return False
     claimed = ref.timing.median_ms - cand.median_ms
-    seen = ref.time_wall_ms_per_call - cand_wall_ms / cand.n
+    seen = ref.time_wall_ms_per_call - cand_wall_ms / (cand_calls or cand.n)
     return claimed - seen > 0.25 * ref.timing.median_ms + 0.1
 
 

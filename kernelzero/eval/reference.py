@@ -106,7 +106,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
     except (WorkerDied, WorkerTimeout) as e:
         return ReferenceRun(False, f"could not start a sandbox worker: {e}")
     phases["take_s"] = time.perf_counter() - t0
-    with w:
+    with w.released():
         try:
             task_path = os.path.join(w.dir, "reference.py")  # the worker's own copy
             with open(task_path, "w", encoding="utf-8") as dst:
@@ -119,7 +119,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                                     log_tail=w.log_tail())
             phases["load_s"] = time.perf_counter() - t0 - phases["take_s"]
             t1 = time.perf_counter()
-            with gpu_lock_for(cfg.device, shared=True):  # running needs a GPU, not a quiet one
+            with gpu_lock_for(cfg.device, shared=True, what="ref_run"):  # a GPU, not a quiet one
                 phases["gpu_wait_s"] = time.perf_counter() - t1
                 t1 = time.perf_counter()
                 info = w.request({"op": "build", "init_seed": init_seed}, cfg.load_timeout_s)
@@ -128,13 +128,17 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                                         log_tail=w.log_tail())
                 run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
                                    schedule=schedule)
+                phases["build_s"] = time.perf_counter() - t1
                 reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials],
                                    "return_inputs": want_inputs}, cfg.run_timeout_s * 2)
                 if not reply.get("ok"):
                     return ReferenceRun(False, f"the reference failed to run: {reply.get('reason')}",
                                         log_tail=w.log_tail())
+                t2 = time.perf_counter()
                 results = decode_trials(w, reply, want_inputs)
                 phases["build_run_s"] = time.perf_counter() - t1
+                phases["decode_s"] = time.perf_counter() - t2  # the judge's copies of outputs
+                phases.update(worker_breakdown(reply))
             run.phases_s = phases
             run.peak_mem_bytes = reply.get("peak_mem_bytes")
             run.forward_peak_bytes = reply.get("forward_peak_bytes")
@@ -155,13 +159,14 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                 publish(run)
             if time_it:
                 t1 = time.perf_counter()
-                with gpu_lock_for(cfg.device):  # timing needs the GPU to itself
+                with gpu_lock_for(cfg.device, what="ref_time"):  # timing: the GPU to itself
                     t0 = time.perf_counter()
                     phases["timing_wait_s"] = t0 - t1
                     reply = time_module(w, cfg, schedule, run.l2_bytes)
                     run.timing, run.timing_details = _timing(reply), timing_details(reply)
                     if run.timing:
-                        run.time_wall_ms_per_call = (time.perf_counter() - t0) * 1e3 / run.timing.n
+                        run.time_wall_ms_per_call = (time.perf_counter() - t0) * 1e3 / \
+                            timed_calls(reply, run.timing)
                     if cfg.compile_baseline:
                         run.compile_timing = _timing(time_module(w, cfg, schedule, run.l2_bytes,
                                                                  compile_=True))
@@ -186,9 +191,34 @@ def _nbytes(obj) -> int:
     return 0
 
 
-DETAIL_KEYS = ("warmup_calls", "launch_lead_ms", "spin_ms_median", "flush_ms", "draw_ms",
-               "launch_bound_calls", "same_address_calls", "allocator_calls", "loop_ms",
-               "overhead_ms_per_call", "sync_latency_ms", "after_stream_gap_ms")
+DETAIL_KEYS = ("warmup_calls", "launch_lead_ms", "spin_ms_median", "spun_calls", "synced_calls",
+               "between_calls_ms", "flush_ms", "l2_reset_ms", "launch_bound_calls",
+               "same_address_calls", "allocator_calls", "loop_ms", "overhead_ms_per_call",
+               "sync_latency_ms", "after_stream_gap_ms")
+
+
+def worker_breakdown(reply: dict) -> dict:
+    """Where the worker says its correctness trials spent their time (diagnostics only: the
+    worker's word, never used for a verdict)."""
+    try:
+        trials = reply.get("trials") or []
+        parts = {f"run_{k}_s": sum(float(t.get(f"{k}_ms", 0.0)) for t in trials) / 1e3
+                 for k in ("inputs", "draw", "wall", "mutation_check")}
+        if trials:
+            parts["run_first_trial_s"] = sum(float(trials[0].get(f"{k}_ms", 0.0)) for k in
+                                             ("inputs", "wall", "mutation_check")) / 1e3
+        return parts
+    except (TypeError, ValueError, AttributeError):
+        return {}
+
+
+def timed_calls(reply: dict, timing: Timing) -> int:
+    """How many calls the timed loop made: the times can be fewer (only the synchronised calls
+    count when work outlived its call)."""
+    try:
+        return max(timing.n, int(reply.get("calls", 0)))
+    except (TypeError, ValueError):
+        return timing.n
 
 
 def timing_details(reply: dict) -> dict:

@@ -91,6 +91,12 @@ class ReferenceCache:
                     continue
             self.get(task).outputs()
 
+    def wake(self) -> None:
+        """Wake a `prefetch` waiting for room, so it sees its stop condition now (not after its
+        one-second timeout: judge_many waits for it before it returns)."""
+        with self._cond:
+            self._cond.notify_all()
+
     def forget_failed(self, task_hash: str) -> None:
         """Drop this task's reference if it finished and failed, so the next `get` runs it again
         (it may have failed for want of memory that other judgements held)."""

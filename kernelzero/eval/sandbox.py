@@ -12,6 +12,7 @@ isolation is added where the OS allows it (see `SandboxLimits.no_network`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -31,6 +33,20 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA
             "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS", "NCCL_NVLS_ENABLE",
             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_PTXAS_PATH")
 MAX_REPLY_BYTES = 16 * 2**20
+_REAPING: set = set()  # reaper threads of workers closed with wait=False
+_REAPING_LOCK = threading.Lock()
+
+
+def reap_pending(timeout_s: float = 30.0) -> None:
+    """Wait for the workers closed with `close(wait=False)` to be gone (exited, dir removed)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with _REAPING_LOCK:
+            pending = list(_REAPING)
+        if not pending or time.monotonic() > deadline:
+            return
+        for t in pending:
+            t.join(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass
@@ -76,9 +92,14 @@ _UNSHARE = _load_unshare()
 CLONE_NEWNET = 0x40000000
 
 
-def _isolate_network() -> None:  # runs in the child between fork and exec
+def isolate_network() -> None:
+    """A new, empty network namespace for this process (root only; failure, EPERM in some
+    containers, leaves the network as is). Called by a worker first thing, before it imports
+    anything else (worker.main, KZ_NO_NETWORK), and by the fork server's children. Not as a
+    `preexec_fn`: with one, Popen forks the whole judge, page tables of its CUDA mappings
+    included, holding the GIL (tens of ms per worker, 0.5 s when a batch's end refills 30)."""
     if _UNSHARE is not None and os.geteuid() == 0:
-        _UNSHARE(CLONE_NEWNET)  # failure (EPERM in some containers) leaves the network as is
+        _UNSHARE(CLONE_NEWNET)
 
 
 def session_usage(sid: int) -> tuple[int, int]:
@@ -153,11 +174,13 @@ class SandboxWorker:
         if self.start_method == "fork" and self._start_forked(timeout_s):
             return
         log = open(os.path.join(self.dir, "boot.log"), "wb")
+        env = self._env()
+        if self.limits.no_network:
+            env["KZ_NO_NETWORK"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-c", BOOT, PACKAGE_ROOT], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env=self._env(),
-            start_new_session=True, close_fds=True,
-            preexec_fn=_isolate_network if self.limits.no_network else None)
+            stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env=env,
+            start_new_session=True, close_fds=True)
         log.close()
         self._await_ready(timeout_s)
 
@@ -178,23 +201,45 @@ class SandboxWorker:
         self._await_ready(timeout_s)
         return True
 
-    def close(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
+    def close(self, wait: bool = True) -> None:
+        """Kill the process group now. With wait=False the rest (waiting for the exit, which for
+        a CUDA process means its context's teardown, often a few hundred ms, and removing the
+        temp dir) happens on a reaper thread (`reap_pending` waits for them all)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.kill()
+        if wait:
+            self._reap()
+            return
+        t = threading.Thread(target=self._reap, name="kz-reaper", daemon=True)
+        with _REAPING_LOCK:
+            _REAPING.add(t)
+        t.start()
+
+    def _reap(self) -> None:
+        try:
+            if self.proc is not None:
                 try:
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
                     pass
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            for f in (self.proc.stdin, self.proc.stdout):
-                try:
-                    f.close()
-                except OSError:
-                    pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+                for f in (self.proc.stdin, self.proc.stdout):
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
+            shutil.rmtree(self.dir, ignore_errors=True)
+        finally:
+            with _REAPING_LOCK:
+                _REAPING.discard(threading.current_thread())
+
+    @contextlib.contextmanager
+    def released(self):
+        """`with worker.released():` one judgement's use; at the end the worker is killed and
+        reaped in the background, so the verdict does not wait for its CUDA teardown."""
+        try:
+            yield self
+        finally:
+            self.close(wait=False)
 
     def __enter__(self):
         return self

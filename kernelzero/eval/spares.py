@@ -118,7 +118,7 @@ class SparePool:
             # does not disturb other modules' correctness trials (shared). One stage per hold,
             # so a timing that queues waits for one stage, not a whole start-up.
             for stage in GPU_WARM_STAGES if self.device == "cuda" else ():
-                with gpu_lock_for(self.device, shared=True):
+                with gpu_lock_for(self.device, shared=True, what=f"spare_{stage}"):
                     w.request({"op": "warm", "device": self.device, "stages": [stage]}, 120)
         except (WorkerDied, WorkerTimeout):
             w.close()

@@ -5,25 +5,44 @@ Runs inside the worker process, on primitives captured before any untrusted code
 changes nothing here. The judge cross-checks the result against its own wall clock
 (evaluator.py) and re-checks the outputs of some timed calls.
 
-Each call gets fresh inputs, drawn right after the previous call's closing events. The previous
-inputs are dropped first, so the caching allocator hands their blocks back and the new values
-land at addresses an earlier call used (a cache keyed on addresses answers stale, which the
-checked calls catch) without a copy (`same_address_calls` counts the draws that did).
-Before each call: the persisting-L2 lines are reset, the GPU spins long enough that, with the
-flush behind it, it covers the host's launch of the call (`lead_ms_for`; longer once a call's
-launch outlasts it), then the L2 cache is flushed. The call is bracketed by a start and an end
-event on the timing stream, so neither launch latency nor a synchronize's latency is inside; a
-third event after a device-wide synchronize catches work left running after the call returned
-(an unjoined side stream, a background thread): when its gap exceeds the synchronize latency,
-calibrated on empty calls (`sync_latency_ms`), the times include that work and the reply says
-`work_after_stream`. Nothing else synchronises the host inside the loop: the GPU waits for the
-host only between a call's end and the draw's first kernel, and while the host runs the
-reference's `get_inputs` (`draw_ms`: the last draw on the GPU's clock, waits included).
+The loop is pipelined: the host queues call after call without waiting for the GPU, so the GPU
+goes from one call straight to the next one's fresh inputs and L2 flush, and the host's own
+work (the reference's `get_inputs`, the launch) runs while the GPU is still busy with an
+earlier call. Per call, in stream order:
+
+    draw of fresh inputs | [spin] | L2 flush | start event | forward | end event
+
+- Fresh inputs for every call, drawn once the last call's inputs are dropped: the caching
+  allocator hands their blocks back in stream order, so the new values land at addresses an
+  earlier call used (a cache keyed on addresses answers stale, which the checked calls catch)
+  without a copy (`same_address_calls` counts the draws that did).
+- Launch cover: right after queueing a call the host asks whether the GPU has already passed the
+  call's start event. If it has not, the whole call was queued before the GPU reached it, so its
+  time holds no launch latency. If it has, the call is counted `launch_bound` (kept: it can only
+  read slower) and the next calls get a spin of about twice that launch, as does every call the
+  GPU could reach with nothing queued ahead of it (the first, the one after a synchronize, one
+  whose predecessor already finished).
+- Work left running: after a random one call in `sync_every` (more where the loop may stop
+  early; at least MIN_SYNCED unchecked calls, and the last), the host synchronises the whole
+  device and records a third event. When the median gap from the end event to it exceeds the
+  synchronize latency (calibrated the same way behind an L2 flush) by LATE_MS or 5%, work outlived
+  the call (an unjoined side stream, a background thread): the reply says `work_after_stream`
+  and only those calls' times count, each including that work. (The fifth version synchronised
+  after every call, which left the GPU waiting for the host between calls: 0.6-0.85 ms per call
+  on the H200.)
+- `cudaCtxResetPersistingL2Cache` before every call, so persisting L2 lines cannot survive the
+  flush (its host time is reported, `l2_reset_ms`).
 """
 from __future__ import annotations
 
+import random
 import statistics
 import time
+
+SYNC_EVERY = 8    # on average one timed call in this many is followed by a device-wide synchronize
+MIN_SYNCED = 6    # ... and the loop does not stop before this many unchecked calls were
+LATE_MS = 0.03    # work after the call counts once the median gap exceeds the latency by this
+LEAD_MAX_MS = 2.0
 
 
 def capture_primitives(torch) -> dict:
@@ -36,6 +55,7 @@ def capture_primitives(torch) -> dict:
             "gpu_sleep": getattr(torch._C, "_cuda_sleep", None),  # spin `cycles` on the stream
             "record": getattr(base, "record", None) or (lambda ev, s: ev.record(s)),
             "elapsed": getattr(base, "elapsed_time", None) or (lambda a, b: a.elapsed_time(b)),
+            "query": getattr(base, "query", None) or (lambda ev: ev.query()),
             "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize())}
 
 
@@ -60,23 +80,120 @@ def time_calls(worker, cmd: dict) -> dict:
     seeds, checked = cmd["seeds"], set(cmd.get("checked", []))
     min_n, max_n = int(cmd["min_trials"]), min(int(cmd["max_trials"]), len(seeds))
     rel_spread, budget = float(cmd["rel_spread"]), float(cmd["budget_s"])
+    # The stopping rule waits until every checked call, and one unchecked call after them, ran,
+    # and until MIN_SYNCED unchecked calls were followed by a synchronize (a loop that stops
+    # early synchronises more often).
+    first_stop = max(min_n, max(checked, default=-1) + 2)
+    p_sync = max(1.0 / max(1, int(cmd.get("sync_every", SYNC_EVERY))), MIN_SYNCED / first_stop)
     flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
                         device=worker.device)
+    host_ms, warm_n = warm_up(worker, model, seeds, int(cmd.get("warmup", 3)),
+                              float(cmd.get("warmup_ms", 0.0)))
+    prim["sync"]()
+    stream = prim["stream"]()
+    rate = spin_cycles_per_ms(prim, stream)
+    lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
 
-    def addresses(args) -> set:
-        return {x.data_ptr() for x in args if isinstance(x, torch.Tensor) and x.numel()}
+    def new_event():
+        return prim["Event"](enable_timing=True)
 
-    # Warm up by count and by time: the first calls after an idle spell run at idle clocks, and
-    # a fixed count of a fast kernel ends before the clocks are up. The warm-up follows the
-    # timed calls' own pattern (fresh inputs each call, the last ones dropped first), so the
-    # caching allocator already holds every block they need (a cudaMalloc, or a cudaFree that
-    # synchronises, inside a timed call would be timed) and the launch times measured here are
-    # the ones the timed calls will have.
-    warm_n, warm_s = int(cmd.get("warmup", 3)), float(cmd.get("warmup_ms", 0.0)) / 1e3
-    t_warm, n, host_ms = prim["clock"](), 0, []
-    args = None
+    starts, ends = [new_event() for _ in range(max_n)], [new_event() for _ in range(max_n)]
+    probe = new_event(), new_event()
+    flush_ms = flush_gpu_ms(prim, stream, flush, *probe)  # events made here are never timed
+    latency = sync_latency_ms(prim, stream, flush, *probe)
+    afters: dict[int, object] = {}  # synchronised call -> its event after the synchronize
+    pick = random.SystemRandom()    # which calls are synchronised: not derivable from the seeds
+    allocs = _allocator_counts(torch, worker.device)
+    launch_bound, same_address, spins, l2_reset_s, outputs, seen_after = 0, 0, [], 0.0, {}, 0
+    covered = False  # whether queued GPU work lies ahead of the next call (then no spin)
+    args = worker.make_inputs(int(seeds[0]))
+    seen = _addresses(torch, args)
+    t_start, n = prim["clock"](), 0
+    while n < max_n:
+        i = n
+        if prim["l2_reset"] is not None:
+            t = prim["clock"]()
+            prim["l2_reset"]()  # persisting-L2 lines would survive the flush
+            l2_reset_s += prim["clock"]() - t
+        t_launch = prim["clock"]()
+        if covered and prim["query"](ends[i - 1]):
+            covered = False  # the GPU caught up: at most this call's draw is ahead of it
+        spin_ms = max(0.0, lead_ms - flush_ms) if not covered and rate else 0.0
+        spins.append(spin_ms)
+        if spin_ms > 0:  # the GPU spins, then flushes, while the host launches the call
+            prim["gpu_sleep"](int(rate * spin_ms))
+        flush.zero_()
+        with torch.no_grad():
+            prim["record"](starts[i], stream)
+            out = model(*args)
+            prim["record"](ends[i], stream)
+        launch_ms = 1e3 * (prim["clock"]() - t_launch)
+        covered = not prim["query"](starts[i])
+        if not covered:
+            # The GPU passed the start event before (or just as) the host finished queueing
+            # the call, so this time can include launch latency (never less than the true
+            # time: kept). Cover the next calls with a spin.
+            launch_bound += 1
+            lead_ms = max(lead_ms, lead_ms_for([launch_ms]))
+        if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
+            outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
+        n = i + 1
+        may_stop = n >= first_stop and seen_after >= MIN_SYNCED
+        last = n == max_n or (may_stop and prim["clock"]() - t_start > budget)
+        if last or pick.random() < p_sync:
+            prim["sync"]()  # everything queued so far, on every stream, is done
+            afters[i] = new_event()
+            prim["record"](afters[i], stream)
+            covered = False
+            seen_after += i not in checked
+            may_stop = n >= first_stop and seen_after >= MIN_SYNCED
+        # This call's inputs are dropped before the next are drawn (same blocks, new values);
+        # the draw is queued behind the call's end event, and the GPU runs it there.
+        out = args = None
+        if last or (i in afters and may_stop and spread_ok(
+                [prim["elapsed"](starts[k], ends[k]) for k in range(n)], rel_spread)):
+            break
+        args = worker.make_inputs(int(seeds[n]))
+        now = _addresses(torch, args)
+        same_address += bool(now) and now <= seen
+        seen |= now
+    prim["sync"]()
+    loop_ms = 1e3 * (prim["clock"]() - t_start)
+    t_stream = [prim["elapsed"](starts[k], ends[k]) for k in range(n)]
+    t_after = {k: prim["elapsed"](starts[k], ev) for k, ev in afters.items()}
+    gaps = [t_after[k] - t_stream[k] for k in t_after if k not in checked]
+    gap = statistics.median(gaps) if gaps else 0.0
+    late = gap > latency + max(LATE_MS, 0.05 * statistics.median(t_stream))
+    # Work that outlived its call is only seen after a synchronize: then only those calls count.
+    times = [max(t_stream[k], t_after[k] - latency) for k in sorted(t_after)
+             if k not in checked] if late else t_stream
+    between = [prim["elapsed"](ends[k - 1], starts[k]) for k in range(1, n) if k - 1 not in afters]
+    after_allocs = _allocator_counts(torch, worker.device)
+    return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
+            "warmup_calls": warm_n, "launch_lead_cycles": int(rate * lead_ms),
+            "launch_lead_ms": lead_ms, "spin_ms_median": statistics.median(spins),
+            "spun_calls": sum(s > 0 for s in spins), "synced_calls": len(afters),
+            "between_calls_ms": statistics.median(between) if between else None,
+            "flush_ms": flush_ms, "l2_reset_ms": 1e3 * l2_reset_s,
+            "launch_bound_calls": launch_bound, "same_address_calls": same_address,
+            "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
+            "sync_latency_ms": latency, "after_stream_gap_ms": gap,
+            "calls": n, "loop_ms": loop_ms,
+            "overhead_ms_per_call": loop_ms / n - statistics.median(times)}
+
+
+def warm_up(worker, model, seeds, warm_n: int, warm_ms: float) -> tuple[list[float], int]:
+    """Untimed calls, by count and by time: the first calls after an idle spell run at idle
+    clocks, and a fixed count of a fast kernel ends before the clocks are up. They follow the
+    timed calls' own pattern (fresh inputs each call, the last ones dropped first, no
+    synchronize between calls except every 8th, so the host clock tracks GPU time), so the
+    caching allocator already holds every block the timed calls need (a cudaMalloc, or a
+    cudaFree that synchronises, inside a timed call would be timed). Returns the host time
+    each forward took to launch, and the number of calls."""
+    torch, prim = worker.torch, worker.primitives
+    t_warm, n, host_ms, args = prim["clock"](), 0, [], None
     with torch.no_grad():
-        while n < warm_n or (prim["clock"]() - t_warm < warm_s and n < 10_000):
+        while n < warm_n or (prim["clock"]() - t_warm < warm_ms / 1e3 and n < 10_000):
             args = None  # dropped before the next are drawn: the same blocks come back
             args = worker.make_inputs(int(seeds[n % len(seeds)]))
             t_call = prim["clock"]()
@@ -84,92 +201,18 @@ def time_calls(worker, cmd: dict) -> dict:
             host_ms.append(1e3 * (prim["clock"]() - t_call))
             n += 1
             if n % 8 == 0:
-                prim["sync"]()  # so the wall clock tracks GPU time, not launch speed
-    prim["sync"]()
-    stream = prim["stream"]()
-    rate = spin_cycles_per_ms(prim, stream)
-    lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
-    start, end, after, drawn = (prim["Event"](enable_timing=True) for _ in range(4))
-    flush_ms = flush_gpu_ms(prim, stream, flush, start, end)  # events created here, not timed
-    latency = sync_latency_ms(prim, stream, end, after)
-    t_stream, t_all, gaps, outputs = [], [], [], {}
-    allocs = _allocator_counts(torch, worker.device)
-    launch_bound, same_address, spins = 0, 0, []
-    args = None
-    prim["record"](after, stream)
-    args = worker.make_inputs(int(seeds[0]))  # queued: the first call's spin waits behind it
-    prim["record"](drawn, stream)
-    draw_ms = 0.0  # the last draw's time on the GPU's clock, from `after` (diagnostics)
-    seen = addresses(args)
-    t_start = prim["clock"]()
-    for i in range(max_n):
-        if prim["l2_reset"] is not None:
-            prim["l2_reset"]()  # persisting-L2 lines would survive the flush
-        t_launch = prim["clock"]()
-        # The flush, queued behind the spin, covers part of the launch. (What is left of the
-        # draw would too, but counting it gained nothing measurable and coincided with a 31%
-        # spread in a repeatability run, docs/perf.md: it is only reported, `draw_ms`.)
-        spin_ms = max(0.0, lead_ms - flush_ms)
-        spins.append(spin_ms)
-        if spin_ms > 0:  # the GPU spins, then flushes, while the host launches the call
-            prim["gpu_sleep"](int(rate * spin_ms))
-        flush.zero_()
-        with torch.no_grad():
-            prim["record"](start, stream)
-            out = model(*args)
-            prim["record"](end, stream)
-        launch_ms = 1e3 * (prim["clock"]() - t_launch)
-        if lead_ms and launch_ms > lead_ms:
-            # The GPU may have reached the start event before the host had launched the call,
-            # so this time can include launch latency (never less than the true time: kept).
-            # Cover the next calls.
-            launch_bound += 1
-            lead_ms = lead_ms_for([launch_ms])
-        if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
-            outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
-        prim["sync"]()
-        draw_ms = prim["elapsed"](after, drawn)  # this call's draw (both events are done)
-        prim["record"](after, stream)
-        # The next call's inputs go in behind `after` now: the GPU draws them while the host
-        # reads this call's events. This call's are dropped first (same addresses, new values).
-        out = args = None
-        if i + 1 < max_n:
-            args = worker.make_inputs(int(seeds[i + 1]))
-            prim["record"](drawn, stream)
-            now = addresses(args)
-            same_address += bool(now) and now <= seen
-            seen |= now
-        prim["ev_sync"](after)
-        t_stream.append(prim["elapsed"](start, end))
-        t_all.append(prim["elapsed"](start, after))
-        if i not in checked:
-            gaps.append(t_all[-1] - t_stream[-1])
-        if len(t_stream) >= min_n and (i + 1) > max(checked, default=-1):
-            if prim["clock"]() - t_start > budget or spread_ok(t_stream, rel_spread):
-                break
-    loop_ms = 1e3 * (prim["clock"]() - t_start)
-    gap = statistics.median(gaps) if gaps else 0.0
-    late = gap > latency + max(0.02, 0.05 * statistics.median(t_stream))
-    times = [max(s, a - latency) for s, a in zip(t_stream, t_all)] if late else t_stream
-    after_allocs = _allocator_counts(torch, worker.device)
-    return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-            "warmup_calls": n, "launch_lead_cycles": int(rate * spins[-1]),
-            "launch_lead_ms": lead_ms, "spin_ms_median": statistics.median(spins),
-            "flush_ms": flush_ms, "draw_ms": draw_ms, "launch_bound_calls": launch_bound,
-            "same_address_calls": same_address,
-            "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
-            "sync_latency_ms": latency, "after_stream_gap_ms": gap,
-            "loop_ms": loop_ms, "overhead_ms_per_call": loop_ms / len(t_stream)
-            - statistics.median(times)}
+                prim["sync"]()
+    return host_ms, n
 
 
-LEAD_MAX_MS = 2.0
+def _addresses(torch, args) -> set:
+    return {x.data_ptr() for x in args if isinstance(x, torch.Tensor) and x.numel()}
 
 
 def lead_ms_for(host_ms: list[float]) -> float:
-    """How long the GPU spins before each timed call's start event: about twice the host time
-    the module's forward takes to launch (measured in the warm-up), 20 us to LEAD_MAX_MS; longer
-    for the rest of the calls whenever a call's launch outlasts it.
+    """How long the GPU spins before a timed call that nothing queued covers: about twice the
+    host time the module's forward takes to launch (measured in the warm-up), 20 us to
+    LEAD_MAX_MS; longer for the rest of the calls whenever a call turns out launch-bound.
 
     Without it the GPU may reach the start event before the host has launched the call's first
     kernel, and the launch latency is timed as if it were GPU work: for a Python launcher
@@ -178,8 +221,6 @@ def lead_ms_for(host_ms: list[float]) -> float:
     if not host_ms:
         return 0.0
     return min(LEAD_MAX_MS, max(0.02, 2.0 * statistics.median(host_ms) + 0.02))
-
-
 def spin_cycles_per_ms(prim, stream) -> float:
     """How many `gpu_sleep` cycles make a millisecond on this GPU now (0: no spin available)."""
     if prim["gpu_sleep"] is None:
@@ -217,12 +258,13 @@ def _allocator_counts(torch, device: str) -> dict:
             "alloc_retries": int(st.get("num_alloc_retries", 0))}
 
 
-def sync_latency_ms(prim, stream, end, after, n: int = 11) -> float:
-    """Median gap between an event recorded on an idle stream and one recorded right after a
-    device-wide synchronize: what the third event of a timed call adds when no work is left."""
+def sync_latency_ms(prim, stream, flush, end, after, n: int = 11) -> float:
+    """Median gap between an event recorded behind a short piece of work (an L2 flush) and one
+    recorded once a device-wide synchronize has waited for it: what the third event of a timed
+    call adds when the call left no work behind (the host waits on a busy GPU, as in the loop)."""
     gaps = []
     for _ in range(n):
-        prim["sync"]()
+        flush.zero_()
         prim["record"](end, stream)
         prim["sync"]()
         prim["record"](after, stream)

@@ -124,13 +124,21 @@ class Worker:
             raise ValueError(f"unknown input distribution {dist!r}")
         return y.to(x.dtype)
 
-    def digest(self, inputs) -> float:
+    def digest_parts(self, inputs) -> list:
+        """Each input tensor's checksum (the sum of |x| in float64) times its position, as 0-d
+        tensors still on the device: read later, in one transfer with the mutation check (their
+        sum is the trial's `input_digest`)."""
         torch = self.torch
-        total = 0.0
+        parts = []
         for i, x in enumerate(inputs):
             if isinstance(x, torch.Tensor) and x.numel():
-                total += float(x.detach().double().abs().sum()) * (i + 1)
-        return total
+                x = x.detach()
+                if x.is_complex() or x.dtype == torch.bool:
+                    s = x.double().abs().sum()
+                else:  # summed in float64 without a float64 copy of the whole input
+                    s = x.abs().sum(dtype=torch.float64)
+                parts.append(s * (i + 1))
+        return parts
 
     # ------------------------------------------------------------------ commands
     def warm(self, cmd: dict) -> dict:
@@ -301,8 +309,10 @@ class Worker:
                     if isinstance(b, torch.Tensor):
                         b.copy_(f)
                 inputs = list(base)
+            t_drawn = time.perf_counter()
             pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-            entry = {"seed": seed, "dist": dist, "input_digest": self.digest(inputs),
+            digest = self.digest_parts(inputs)  # queued before the forward: the values it gets
+            entry = {"seed": seed, "dist": dist,
                      "input_bytes": sum(x.numel() * x.element_size() for x in inputs
                                         if isinstance(x, torch.Tensor))}
             if cmd.get("return_inputs"):
@@ -340,9 +350,17 @@ class Worker:
                         "detail": traceback.format_exc()[-2000:], "trial": seed}
             entry["wall_ms"] = (time.perf_counter() - t0) * 1e3
             entry["inputs_ms"] = (t0 - t_in) * 1e3  # fresh inputs, their pristine copy, digest
+            entry["draw_ms"] = (t_drawn - t_in) * 1e3  # of which the fresh inputs (host time)
             t1 = time.perf_counter()
-            mutated = [i for i, (a, b) in enumerate(zip(inputs, pristine))
-                       if isinstance(a, torch.Tensor) and not _same(torch, a, b)]
+            # The digest and the mutation check come back in one transfer (each waits for the
+            # GPU, which other processes' work shares: fewer of them, shorter GPU-lock holds).
+            same = [(i, _same(torch, a, b)) for i, (a, b) in enumerate(zip(inputs, pristine))
+                    if isinstance(a, torch.Tensor)]
+            pending = digest + [f for _, f in same if isinstance(f, torch.Tensor)]
+            values = torch.stack([v.to(torch.float64) for v in pending]).tolist() if pending else []
+            entry["input_digest"] = sum(values[:len(digest)])
+            flags = iter(values[len(digest):])
+            mutated = [i for i, f in same if not (next(flags) if isinstance(f, torch.Tensor) else f)]
             entry["mutated"] = mutated
             if mutated:
                 entry["inputs_after"] = self._write(f"inafter_{seed}_{dist}.bin",
@@ -434,13 +452,14 @@ def _network_isolated() -> bool:
         return False
 
 
-def _same(torch, a, b) -> bool:
-    """Bitwise-equal values (NaN equals NaN): did the call leave this input unchanged?"""
+def _same(torch, a, b):
+    """Bitwise-equal values (NaN equals NaN): did the call leave this input unchanged? A 0-d
+    bool tensor on the inputs' device (read by the caller), or False when shape or dtype changed."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
-    return bool(torch.equal(a, b))
+        return ((a == b) | (torch.isnan(a) & torch.isnan(b))).all()
+    return (a == b).all()
 
 
 def _set_limits(cfg: dict) -> None:
@@ -459,6 +478,9 @@ def _set_limits(cfg: dict) -> None:
 
 def main() -> None:
     global _REPLY
+    if os.environ.pop("KZ_NO_NETWORK", ""):  # before anything else loads (see sandbox.py)
+        from kernelzero.eval.sandbox import isolate_network
+        isolate_network()
     # The reply channel is a private duplicate of stdout; fd 1 and 2 then go to the log file so
     # that nothing the candidate prints can reach the judge as a reply.
     reply_fd = os.dup(1)
