@@ -9,13 +9,15 @@
 #   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, x2 (+ spares 30), adversarial | repeatability + GPU tests
 #   bash bench/run_all_gpu.sh timing RESULTS_DIR # throughput x1, x2, x4 (spares 30), x1 default, GPU tests | repeatability + adversarial
 #   bash bench/run_all_gpu.sh ratio RESULTS_DIR  # throughput x1 (8 and 16 at once), x2, GPU tests | repeatability + adversarial
+#   bash bench/run_all_gpu.sh final RESULTS_DIR  # throughput x1, x2, GPU tests | repeatability + adversarial
 #   bash bench/run_all_gpu.sh spread RESULTS_DIR # throughput x1, x1, x2 | x2, x1 (run-to-run spread)
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
 #
 # KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
-# KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse);
+# KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse), KZ_ADV_LIMIT_S
+# sets its time limit;
 # KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit;
 # KZ_TRAIN_LIMIT_S the single-h200 round's limit; KZ_POOL_REPEAT the Ray batch (x 10 problems);
 # KZ_POOL_SPARES the Ray judges' spares (default: EvalConfig's; `share`: each judge's share of
@@ -27,8 +29,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|spread|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|spread|fit|checks|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|spread|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|spread|fit|checks|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -69,7 +71,7 @@ SM=${KZ_START_METHOD:-auto}
 
 # Every step once: NAME LIMIT_S COMMAND (the parts below put them in lanes).
 S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider"
-S02="02_adversarial_cuda 340 env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
+S02="02_adversarial_cuda ${KZ_ADV_LIMIT_S:-340} env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
 S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
 S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
 S11="11_repeatability 300 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
@@ -101,6 +103,10 @@ fi
 
 if [ "$part" = ratio ]; then  # ~8 min on 2 GPUs: wall / GPU at 8 and 16 at once, x2, GPU tests | repeatability, adversarial
   two_lanes "$S13; $S16; $S14; $S17; $S01" "$S11; $S02"
+fi
+
+if [ "$part" = final ]; then  # ~7.5 min on 2 GPUs: throughput x1, x2, GPU tests | repeatability, adversarial
+  two_lanes "$S13; $S14; $S01" "$S11; $S02"
 fi
 
 if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2
