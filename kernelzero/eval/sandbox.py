@@ -12,6 +12,7 @@ isolation is added where the OS allows it (see `SandboxLimits.no_network`).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -47,6 +48,9 @@ def reap_pending(timeout_s: float = 30.0) -> None:
             return
         for t in pending:
             t.join(max(0.0, deadline - time.monotonic()))
+
+
+atexit.register(reap_pending, 10.0)  # a judge that exits leaves no worker dirs behind
 
 
 @dataclass

@@ -25,11 +25,11 @@ earlier call. Per call, in stream order:
 - Work left running: after a random one call in `sync_every` (more where the loop may stop
   early; at least MIN_SYNCED unchecked calls, and the last), the host synchronises the whole
   device and records a third event. When the median gap from the end event to it exceeds the
-  synchronize latency (calibrated the same way behind an L2 flush) by LATE_MS or 5%, work outlived
-  the call (an unjoined side stream, a background thread): the reply says `work_after_stream`
-  and only those calls' times count, each including that work. (The fifth version synchronised
-  after every call, which left the GPU waiting for the host between calls: 0.6-0.85 ms per call
-  on the H200.)
+  synchronize latency (calibrated the same way behind an L2 flush) by LATE_MS or 5% (judged on
+  SETTLE_SYNCED gaps before the loop may stop on it), work outlived the call (an unjoined side
+  stream, a background thread): the reply says `work_after_stream` and only those calls' times
+  count, each including that work. (The fifth version synchronised after every call, which left
+  the GPU waiting for the host between calls: 0.6-0.85 ms per call on the H200.)
 - `cudaCtxResetPersistingL2Cache` before every call, so persisting L2 lines cannot survive the
   flush (its host time is reported, `l2_reset_ms`).
 """
@@ -40,7 +40,9 @@ import statistics
 import time
 
 SYNC_EVERY = 8    # on average one timed call in this many is followed by a device-wide synchronize
-MIN_SYNCED = 6    # ... and the loop does not stop before this many unchecked calls were
+MIN_SYNCED = 6    # ... and the loop does not stop before this many unchecked calls were,
+SETTLE_SYNCED = 12  # or this many while their gaps say work outlived the call (a median of a
+                    # few gaps can be off: before declaring it, the loop looks at more of them)
 LATE_MS = 0.03    # work after the call counts once the median gap exceeds the latency by this
 LEAD_MAX_MS = 2.0
 
@@ -104,8 +106,14 @@ def time_calls(worker, cmd: dict) -> dict:
     afters: dict[int, object] = {}  # synchronised call -> its event after the synchronize
     pick = random.SystemRandom()    # which calls are synchronised: not derivable from the seeds
     allocs = _allocator_counts(torch, worker.device)
-    launch_bound, same_address, spins, l2_reset_s, outputs, seen_after = 0, 0, [], 0.0, {}, 0
+    launch_bound, same_address, spins, l2_reset_s, outputs, gaps = 0, 0, [], 0.0, {}, []
     covered = False  # whether queued GPU work lies ahead of the next call (then no spin)
+    t_done: list[float] = []  # the times of the calls up to the last synchronised one
+
+    def settled() -> bool:  # enough calls and gaps seen for the stopping rule to apply
+        return n >= first_stop and len(gaps) >= MIN_SYNCED and (
+            len(gaps) >= SETTLE_SYNCED or not _late(gaps, t_done, latency))
+
     args = worker.make_inputs(int(seeds[0]))
     seen = _addresses(torch, args)
     t_start, n = prim["clock"](), 0
@@ -138,20 +146,20 @@ def time_calls(worker, cmd: dict) -> dict:
         if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
             outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
         n = i + 1
-        may_stop = n >= first_stop and seen_after >= MIN_SYNCED
-        last = n == max_n or (may_stop and prim["clock"]() - t_start > budget)
+        last = n == max_n or (settled() and prim["clock"]() - t_start > budget)
         if last or pick.random() < p_sync:
             prim["sync"]()  # everything queued so far, on every stream, is done
             afters[i] = new_event()
             prim["record"](afters[i], stream)
             covered = False
-            seen_after += i not in checked
-            may_stop = n >= first_stop and seen_after >= MIN_SYNCED
+            prim["ev_sync"](afters[i])  # at once: the GPU has nothing else left
+            t_done = [prim["elapsed"](starts[k], ends[k]) for k in range(n)]
+            if i not in checked:
+                gaps.append(prim["elapsed"](starts[i], afters[i]) - t_done[i])
         # This call's inputs are dropped before the next are drawn (same blocks, new values);
         # the draw is queued behind the call's end event, and the GPU runs it there.
         out = args = None
-        if last or (i in afters and may_stop and spread_ok(
-                [prim["elapsed"](starts[k], ends[k]) for k in range(n)], rel_spread)):
+        if last or (i in afters and settled() and spread_ok(t_done, rel_spread)):
             break
         args = worker.make_inputs(int(seeds[n]))
         now = _addresses(torch, args)
@@ -161,9 +169,8 @@ def time_calls(worker, cmd: dict) -> dict:
     loop_ms = 1e3 * (prim["clock"]() - t_start)
     t_stream = [prim["elapsed"](starts[k], ends[k]) for k in range(n)]
     t_after = {k: prim["elapsed"](starts[k], ev) for k, ev in afters.items()}
-    gaps = [t_after[k] - t_stream[k] for k in t_after if k not in checked]
     gap = statistics.median(gaps) if gaps else 0.0
-    late = gap > latency + max(LATE_MS, 0.05 * statistics.median(t_stream))
+    late = _late(gaps, t_stream, latency)
     # Work that outlived its call is only seen after a synchronize: then only those calls count.
     times = [max(t_stream[k], t_after[k] - latency) for k in sorted(t_after)
              if k not in checked] if late else t_stream
@@ -180,6 +187,13 @@ def time_calls(worker, cmd: dict) -> dict:
             "sync_latency_ms": latency, "after_stream_gap_ms": gap,
             "calls": n, "loop_ms": loop_ms,
             "overhead_ms_per_call": loop_ms / n - statistics.median(times)}
+
+
+def _late(gaps: list[float], times: list[float], latency: float) -> bool:
+    """Whether work outlived the calls: the median gap from a synchronised call's end event to
+    the event after the synchronize exceeds the synchronize latency by LATE_MS or 5%."""
+    return bool(gaps) and statistics.median(gaps) > \
+        latency + max(LATE_MS, 0.05 * statistics.median(times))
 
 
 def warm_up(worker, model, seeds, warm_n: int, warm_ms: float) -> tuple[list[float], int]:
