@@ -153,7 +153,7 @@ def time_calls(worker, cmd: dict) -> dict:
             prim["record"](afters[i], stream)
             covered = False
             prim["ev_sync"](afters[i])  # at once: the GPU has nothing else left
-            t_done = [prim["elapsed"](starts[k], ends[k]) for k in range(n)]
+            t_done += [prim["elapsed"](starts[k], ends[k]) for k in range(len(t_done), n)]
             if i not in checked:
                 gaps.append(prim["elapsed"](starts[i], afters[i]) - t_done[i])
         # This call's inputs are dropped before the next are drawn (same blocks, new values);
