@@ -19,6 +19,8 @@ from dataclasses import asdict
 # v4: the warm-up follows the timed calls' input pattern, and the spin grows once a call's
 # launch outlasts it. v5: each call's inputs are drawn right after the last call's events, at its
 # addresses (no copy, no synchronize before the flush); the flush counts toward the launch lead.
+# v6: calls queued back to back; a device-wide synchronize (the after-stream check) only after
+# randomly chosen calls; launch cover checked by querying each call's start event.
 TIMING_METHOD = "events-pipelined-v6"
 
 

@@ -12,8 +12,8 @@ In order, stopping at the first stage that rejects (so cheap checks spare sandbo
    `small_output`, and `weights_constant` when `strict_weights`);
 3. budget: inputs + outputs (and, where the evaluator times, one forward's inputs plus its peak
    allocations) within the memory cap (`memory`); on a timing device, the original module's
-   measured eager runtime within the runtime band (`runtime`). On CPU nothing is timed and the band is not checked:
-   `figures["runtime_ms"]` stays None rather than an invented number.
+   measured eager runtime within the runtime band (`runtime`). On CPU nothing is timed and the
+   band is not checked: `figures["runtime_ms"]` stays None rather than an invented number.
 Every rejection is a `Rejection(code, message)`; a result lists all rejections of its stage.
 """
 from __future__ import annotations
