@@ -206,7 +206,8 @@ def _segments(spans: dict, t0: float, t1: float) -> list:
 
 
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
-               scale: int = 1, warm: bool = False, spares: int | None = None) -> dict:
+               scale: int = 1, warm: bool = False, spares: int | None = None,
+               reserve_mb: int = 0) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
     its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
     # KernelBench's workload: 5 correctness trials, 3 warm-up calls (no time-based warm-up),
@@ -215,7 +216,8 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
                      start_method=start_method,
                      hardening_trials=False, timing_warmup=3, timing_warmup_ms=0.0,
                      timing_min_trials=100, timing_max_trials=100, timing_budget_s=60,
-                     timing_checked_calls=3, max_workers=workers, spares=spares)
+                     timing_checked_calls=3, max_workers=workers, spares=spares,
+                     spare_reserve_mb=reserve_mb)
     tasks = make_tasks(scale)[: 3 if quick else None]
     pairs = [(t, as_candidate(t, k)) for t in tasks for k in range(2)]
     warm_up_s, ready = None, None
@@ -254,6 +256,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "reference_phases": ref_phases, "candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
+            "spare_reserve_mb": reserve_mb,
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
             "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
             "timed_loops": timed_loops(verdicts), "transfer": cfg.transfer_mode,
@@ -313,6 +316,9 @@ def main() -> None:
     ap.add_argument("--spares", type=int, default=None,
                     help="EvalConfig.spares (default: the evaluator's; the batch needs one worker "
                          "per candidate and per task: 30 here)")
+    ap.add_argument("--spare-reserve-mb", type=int, default=0,
+                    help="EvalConfig.spare_reserve_mb: GPU memory each spare holds for its first "
+                         "trial's allocations (0: none)")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
     ap.add_argument("--repeat-names", nargs="+", default=None,
@@ -329,7 +335,8 @@ def main() -> None:
         for scale in args.scales:
             for clock in args.clocks:
                 tp = throughput(args.workers, args.quick, args.transfer, args.start_method,
-                                scale=scale, warm=clock == "warm", spares=args.spares)
+                                scale=scale, warm=clock == "warm", spares=args.spares,
+                                reserve_mb=args.spare_reserve_mb)
                 res["throughput_runs"].append(tp)
                 out.write_text(json.dumps(res, indent=2))  # each finished run is kept
                 report_throughput(tp)

@@ -253,6 +253,10 @@ def test_cuda_candidate_rejected_on_cpu(examples):
     ("def get_inputs(:\n", "parse"),
     ("import torch\nclass Model(torch.nn.Module):\n  def forward(self, x): return x\n"
      "def get_inputs(): raise RuntimeError('no inputs')\ndef get_init_inputs(): return []\n", "no inputs"),
+    ("import torch\nclass Model(torch.nn.Module):\n  def __init__(self):\n    super().__init__()\n"
+     "    raise RuntimeError('bad reference init')\n  def forward(self, x): return x\n"
+     "def get_inputs(): return [torch.ones(3)]\ndef get_init_inputs(): return []\n",
+     "failed to build: RuntimeError: bad reference init"),
     ("import torch, time\nclass Model(torch.nn.Module):\n  def forward(self, x):\n    time.sleep(999)\n"
      "def get_inputs(): return [torch.ones(3)]\ndef get_init_inputs(): return []\n", "time limit"),
 ])

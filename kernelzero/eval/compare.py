@@ -168,3 +168,12 @@ def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Co
             _fail(res, f"{where}: relative error norm {rel_norm:.3g} exceeds {rtol:g} "
                        "(the output is wrong relative to the reference's magnitude)",
                   "relative_norm_mismatch")
+
+
+def warm_up_comparison(tolerance_for) -> None:
+    """The judge's CUDA context, and the kernels a comparison of float outputs launches, made
+    ready before the first batch (instead of under the GPU lock by its first outputs)."""
+    x = torch.randn(4096, device="cuda")
+    ref, cand = TensorOut(x, "cuda", True, []), TensorOut(x.clone(), "cuda", True, [])
+    compare_outputs(ref, cand, tolerance_for, "cuda")
+    torch.cuda.synchronize()

@@ -48,6 +48,10 @@ class EvalConfig:
     spares: how many (None: 2 max_workers + 2 on cuda, where a start takes seconds; max_workers
         + 1 on the CPU). A batch needs one worker per candidate and one per new task: a spare
         pool smaller than that starts the rest while the batch waits (`take_s` in phases_s).
+    spare_reserve_mb: GPU memory (MiB) each spare allocates while warming and hands back to its
+        own caching allocator, so the first correctness trial's large allocations are carved
+        from it instead of going to the driver while other processes share the GPU. Idle spares
+        hold it: spares x this much of the GPU. 0 (the default): none.
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
@@ -77,6 +81,7 @@ class EvalConfig:
     max_workers: int = 4
     prestart: bool = True
     spares: int | None = None
+    spare_reserve_mb: int = 0
     seed: int | None = None
     start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
@@ -99,6 +104,8 @@ class EvalConfig:
             raise ValueError("EvalConfig.max_library_share must be None or within [0, 1]")
         if self.max_workers < 1:
             raise ValueError("EvalConfig.max_workers must be >= 1")
+        if self.spare_reserve_mb < 0:
+            raise ValueError("EvalConfig.spare_reserve_mb must be >= 0")
         if self.spares is not None and self.spares < 0:
             raise ValueError("EvalConfig.spares must be >= 0 (or None for the default)")
         if self.timing_warmup < 0 or self.timing_warmup_ms < 0:

@@ -20,8 +20,21 @@ from dataclasses import asdict
 # launch outlasts it. v5: each call's inputs are drawn right after the last call's events, at its
 # addresses (no copy, no synchronize before the flush); the flush counts toward the launch lead.
 # v6: calls queued back to back; a device-wide synchronize (the after-stream check) only after
-# randomly chosen calls; launch cover checked by querying each call's start event.
-TIMING_METHOD = "events-pipelined-v6"
+# randomly chosen calls; launch cover checked by querying each call's start event. v7: work after
+# the call counts only beyond 0.06 ms of gap over the calibrated latency (was 0.03 ms: honest
+# sub-millisecond kernels under host load read 0.03-0.04 ms late on the H200, 12-18% slow).
+TIMING_METHOD = "events-pipelined-v7"
+
+
+def probe_gpu_name() -> str | None:
+    """The GPU's name, asked of a throwaway process so the judge never initialises CUDA itself."""
+    import subprocess
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"],
+                             capture_output=True, text=True, timeout=120)
+        return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
 
 
 def _version(pkg: str) -> str | None:

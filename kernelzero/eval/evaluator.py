@@ -5,9 +5,10 @@ it says "worker":
 1. static checks of the text (empty, no `ModelNew`, syntax error, CUDA code on a CPU machine);
 2. the reference runs once per task in its own worker on the secret seed schedule (cached;
    its outputs are shared as soon as they exist, its timing follows: reference_cache.py);
-3. the candidate loads in a fresh worker (import, compile, build, reference weights loaded);
-4. correctness trials, then (on a GPU) timing with re-checked timed calls, the GPU held
-   exclusively by this judge for both; outputs come back as bytes and are compared here;
+3. the candidate loads in a fresh worker (import, compile, and construction on the CPU with the
+   reference's weights), then its model moves to the device under the GPU lock (shared);
+4. correctness trials (GPU lock shared), then (on a GPU) timing with re-checked timed calls (GPU
+   lock exclusive); outputs come back as bytes or CUDA IPC and are compared here;
 5. the worker is killed and its directory removed, whatever happened.
 
 Several candidates are judged at once (`max_workers`): their imports, compiles and correctness
@@ -24,8 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelzero.eval.compare import compare_outputs
+from kernelzero.eval.compare import compare_outputs, warm_up_comparison
 from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
 from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
@@ -85,14 +87,15 @@ class Evaluator:
         self.reference_phases: dict[str, dict] = self.references.phases
         self._tmp = Path(self.config.work_dir or _default_work_dir())
         self._tmp.mkdir(parents=True, exist_ok=True)
-        self._gpu_name: str | None = _probe_gpu() if self.config.device == "cuda" else None
+        self._gpu_name: str | None = probe_gpu_name() if self.config.device == "cuda" else None
         self._live: set[SandboxWorker] = set()
         # Every candidate takes a spare and every new task one more (its reference); on a GPU a
         # spare takes seconds to start (torch, CUDA context, library handles), so keep enough that
         # neither ever waits for one. The 2-core CPU case keeps the pool small.
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
                                 size=self.config.spare_pool_size if self.config.prestart else 0,
-                                start_method=self.config.worker_start)
+                                start_method=self.config.worker_start,
+                                reserve_mb=self.config.spare_reserve_mb)
         self.aborted = False
         self._gate = SoloGate()
 
@@ -120,7 +123,7 @@ class Evaluator:
         CUDA IPC the judge's own CUDA context and comparison kernels are made ready too, instead
         of by the first batch's first outputs (a few hundred ms, under the GPU lock)."""
         if self.config.device == "cuda" and self.config.transfer_mode == "ipc":
-            _warm_judge_cuda(self.config.tolerance_for)
+            warm_up_comparison(self.config.tolerance_for)
         return self.spares.fill(timeout_s)
 
     def judge(self, task: Task, candidate: Candidate) -> Verdict:
@@ -322,7 +325,8 @@ class Evaluator:
                 t0 = time.perf_counter()
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
-                                  "transfer": cfg.transfer_mode, "build_dir": str(build)},
+                                  "transfer": cfg.transfer_mode, "build_dir": str(build),
+                                  "init_seed": 0},
                                  cfg.load_timeout_s)
                 phases["load_s"] = time.perf_counter() - t0
                 ref = reference.outputs()
@@ -333,8 +337,9 @@ class Evaluator:
                                    reason=_loading_reason(info), log_tail=w.log_tail())
                 phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
                 t1 = time.perf_counter()
-                # Building and the correctness trials run alongside other candidates' (shared
-                # lock); the timing below waits for the GPU to itself (exclusive lock).
+                # Moving the model (constructed on the CPU while loading) to the GPU and the
+                # correctness trials run alongside other candidates' (shared lock); the timing
+                # below waits for the GPU to itself (exclusive lock).
                 with gpu_lock_for(cfg.device, shared=True, what="cand_run"):
                     phases["gpu_wait_s"] = time.perf_counter() - t1
                     t2 = time.perf_counter()
@@ -570,27 +575,6 @@ def _loading_reason(info: dict) -> str:
     phase = info.get("phase")
     where = {"import": "failed to import/compile", "init": "failed to build ModelNew"}.get(phase, "failed to load")
     return f"the candidate {where}: {info.get('reason')}"
-
-
-def _warm_judge_cuda(tolerance_for) -> None:
-    """The judge's CUDA context, and the kernels a comparison of float outputs launches."""
-    import torch
-    x = torch.randn(4096, device="cuda")
-    ref, cand = TensorOut(x, "cuda", True, []), TensorOut(x.clone(), "cuda", True, [])
-    compare_outputs(ref, cand, tolerance_for, "cuda")
-    torch.cuda.synchronize()
-
-
-def _probe_gpu() -> str | None:
-    """The GPU's name, asked of a throwaway process so the judge never initialises CUDA itself."""
-    import subprocess
-    import sys
-    try:
-        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"],
-                             capture_output=True, text=True, timeout=120)
-        return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
 
 
 def _default_work_dir() -> str:

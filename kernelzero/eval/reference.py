@@ -112,10 +112,12 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
             with open(task_path, "w", encoding="utf-8") as dst:
                 dst.write(task_source)
             info = w.request({"op": "load", "role": "reference", "task_path": task_path,
-                              "device": cfg.device, "transfer": cfg.transfer_mode},
+                              "device": cfg.device, "transfer": cfg.transfer_mode,
+                              "init_seed": init_seed},
                              cfg.load_timeout_s)
             if not info.get("ok"):
-                return ReferenceRun(False, f"the reference failed to load: {info.get('reason')}",
+                what = "build" if info.get("phase") == "init" else "load"  # construct: "init"
+                return ReferenceRun(False, f"the reference failed to {what}: {info.get('reason')}",
                                     log_tail=w.log_tail())
             phases["load_s"] = time.perf_counter() - t0 - phases["take_s"]
             t1 = time.perf_counter()

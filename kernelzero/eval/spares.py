@@ -20,9 +20,9 @@ from kernelzero.eval.worker import GPU_WARM_STAGES
 
 class SparePool:
     def __init__(self, device: str, limits: SandboxLimits, work_root: str | None, size: int,
-                 start_method: str = "spawn"):
+                 start_method: str = "spawn", reserve_mb: int = 0):
         self.device, self.limits, self.work_root, self.size = device, limits, work_root, size
-        self.start_method = start_method
+        self.start_method, self.reserve_mb = start_method, reserve_mb
         self._ready: queue.Queue[SandboxWorker] = queue.Queue()
         self._starting = 0
         self._expected: int | None = None  # takes still expected by the batches in progress
@@ -119,7 +119,8 @@ class SparePool:
             # so a timing that queues waits for one stage, not a whole start-up.
             for stage in GPU_WARM_STAGES if self.device == "cuda" else ():
                 with gpu_lock_for(self.device, shared=True, what=f"spare_{stage}"):
-                    w.request({"op": "warm", "device": self.device, "stages": [stage]}, 120)
+                    w.request({"op": "warm", "device": self.device, "stages": [stage],
+                               "reserve_mb": self.reserve_mb}, 120)
         except (WorkerDied, WorkerTimeout):
             w.close()
             raise
