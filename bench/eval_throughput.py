@@ -205,19 +205,21 @@ def _segments(spans: dict, t0: float, t1: float) -> list:
     return out
 
 
+def kernelbench_config(**knobs) -> EvalConfig:
+    """KernelBench's workload on cuda: 5 correctness trials, 3 warm-up calls (no time-based
+    warm-up), 100 timed calls, 3 of them re-checked; no hardening trials, no policy."""
+    return EvalConfig(device="cuda", policy="none", correctness_trials=5, hardening_trials=False,
+                      timing_warmup=3, timing_warmup_ms=0.0, timing_min_trials=100,
+                      timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3, **knobs)
+
+
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
                scale: int = 1, warm: bool = False, spares: int | None = None,
                reserve_mb: int = 0) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
     its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
-    # KernelBench's workload: 5 correctness trials, 3 warm-up calls (no time-based warm-up),
-    # 100 timed calls; no hardening trials.
-    cfg = EvalConfig(device="cuda", policy="none", correctness_trials=5, transfer=transfer,
-                     start_method=start_method,
-                     hardening_trials=False, timing_warmup=3, timing_warmup_ms=0.0,
-                     timing_min_trials=100, timing_max_trials=100, timing_budget_s=60,
-                     timing_checked_calls=3, max_workers=workers, spares=spares,
-                     spare_reserve_mb=reserve_mb)
+    cfg = kernelbench_config(transfer=transfer, start_method=start_method, max_workers=workers,
+                             spares=spares, spare_reserve_mb=reserve_mb)
     tasks = make_tasks(scale)[: 3 if quick else None]
     pairs = [(t, as_candidate(t, k)) for t in tasks for k in range(2)]
     warm_up_s, ready = None, None

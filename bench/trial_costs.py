@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from eval_throughput import as_candidate, make_tasks  # noqa: E402
+from eval_throughput import as_candidate, kernelbench_config, make_tasks  # noqa: E402
 
 
 def top(prof: cProfile.Profile, n: int, key: str) -> str:
@@ -68,11 +68,8 @@ def worker_side(task, reps: int) -> dict:
 
 
 def judge_side(task) -> dict:
-    from kernelzero.eval import EvalConfig, Evaluator
-    cfg = EvalConfig(device="cuda", policy="none", correctness_trials=5, hardening_trials=False,
-                     timing_warmup=3, timing_warmup_ms=0.0, timing_min_trials=100,
-                     timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3,
-                     max_workers=1, spares=3)
+    from kernelzero.eval import Evaluator
+    cfg = kernelbench_config(max_workers=1, spares=3)
     with Evaluator(cfg) as ev:
         ev.warm_up()
         first = ev.judge(task, as_candidate(task, 0))  # the reference is computed and cached

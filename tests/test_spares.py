@@ -1,7 +1,10 @@
 """SparePool: during a batch it starts only what the batch will take, and a taker waits for a
-start already under way rather than beginning another (fake workers, no processes)."""
+start already under way rather than beginning another (fake workers, no processes); the memory
+reserve reaches every GPU warm-up stage."""
 import threading
 import time
+
+import pytest
 
 
 class _FakeWorker:
@@ -124,3 +127,31 @@ def test_overlapping_batches_add_up_and_the_pool_refills_after_the_last():
     _settle(pool)
     assert pool._expected is None and pool._ready.qsize() == 6 and type(pool).started == 11
     pool.close()
+
+
+def test_spare_reserve_is_validated_and_sent_with_every_gpu_warm_stage(monkeypatch):
+    from kernelzero.eval import spares
+    from kernelzero.eval.config import EvalConfig
+    from kernelzero.eval.sandbox import SandboxLimits
+    with pytest.raises(ValueError, match="spare_reserve_mb"):
+        EvalConfig(spare_reserve_mb=-1)
+    sent = []
+
+    class FakeWorker:
+        def __init__(self, *a, **k):
+            pass
+
+        def start(self):
+            pass
+
+        def request(self, msg, timeout):
+            sent.append(msg)
+            return {"ok": True}
+
+    monkeypatch.setattr(spares, "SandboxWorker", FakeWorker)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "kz-test-reserve")  # a lock file of its own
+    pool = spares.SparePool("cuda", SandboxLimits(), None, size=0, reserve_mb=64)
+    pool._new()
+    gpu_stages = [m for m in sent if m["stages"] != ["imports"]]
+    assert [m["stages"] for m in gpu_stages] == [["context"], ["libraries"], ["dry_run"]]
+    assert all(m["reserve_mb"] == 64 for m in gpu_stages)

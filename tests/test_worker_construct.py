@@ -1,12 +1,10 @@
 """The worker builds a module in two steps: `load` constructs it on the CPU under the init seed
 (outside the judge's GPU lock: a large layer's weight initialisation is CPU work), `build` only
-moves it to the device. And the spare pool's memory reserve reaches every GPU warm-up stage."""
+moves it to the device."""
 import sys
 
-import pytest
 import torch
 
-from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.worker import Worker
 
 TASK = """import torch
@@ -63,30 +61,3 @@ def test_a_constructor_that_raises_fails_the_load_as_an_init_error(tmp_path):
     w, reply = _load(tmp_path, raise_="raise RuntimeError('bad init')")
     assert not reply["ok"] and reply["phase"] == "init" and reply["status"] == "runtime_error"
     assert "bad init" in reply["reason"] and w.model is None
-
-
-def test_spare_reserve_is_validated_and_sent_with_every_gpu_warm_stage(monkeypatch):
-    with pytest.raises(ValueError, match="spare_reserve_mb"):
-        EvalConfig(spare_reserve_mb=-1)
-    from kernelzero.eval import spares
-    from kernelzero.eval.sandbox import SandboxLimits
-    sent = []
-
-    class FakeWorker:
-        def __init__(self, *a, **k):
-            pass
-
-        def start(self):
-            pass
-
-        def request(self, msg, timeout):
-            sent.append(msg)
-            return {"ok": True}
-
-    monkeypatch.setattr(spares, "SandboxWorker", FakeWorker)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "kz-test-reserve")  # a lock file of its own
-    pool = spares.SparePool("cuda", SandboxLimits(), None, size=0, reserve_mb=64)
-    pool._new()
-    gpu_stages = [m for m in sent if m["stages"] != ["imports"]]
-    assert [m["stages"] for m in gpu_stages] == [["context"], ["libraries"], ["dry_run"]]
-    assert all(m["reserve_mb"] == 64 for m in gpu_stages)
