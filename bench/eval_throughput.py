@@ -215,11 +215,12 @@ def kernelbench_config(**knobs) -> EvalConfig:
 
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
                scale: int = 1, warm: bool = False, spares: int | None = None,
-               reserve_mb: int = 0) -> dict:
+               reserve_mb: int = 0, load_reserve_factor: float | None = None) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
     its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
+    knobs = {} if load_reserve_factor is None else {"load_reserve_factor": load_reserve_factor}
     cfg = kernelbench_config(transfer=transfer, start_method=start_method, max_workers=workers,
-                             spares=spares, spare_reserve_mb=reserve_mb)
+                             spares=spares, spare_reserve_mb=reserve_mb, **knobs)
     tasks = make_tasks(scale)[: 3 if quick else None]
     pairs = [(t, as_candidate(t, k)) for t in tasks for k in range(2)]
     warm_up_s, ready = None, None
@@ -247,7 +248,9 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             ref_gpu += n_ref_calls * v.ref_runtime_ms.median_ms / 1e3
     rows = [{"candidate": c.name, "status": v.status, "runtime_ms": v.runtime_ms.median_ms if v.runtime_ms else None,
              "ref_ms": v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None,
-             "speedup": v.speedup, "wall_s": v.wall_s, "phases_s": v.phases_s, "reason": v.reason[:160]}
+             "speedup": v.speedup, "flags": v.flags, "wall_s": v.wall_s, "phases_s": v.phases_s,
+             "retimed": bool((v.timing_details or {}).get("candidate", {}).get("retimed")),
+             "reason": v.reason[:160]}
             for (_, c), v in zip(pairs, verdicts)]
     gpu = cand_gpu + ref_gpu
     phase_names = sorted({k for v in verdicts for k in v.phases_s})
@@ -258,7 +261,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "reference_phases": ref_phases, "candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
-            "spare_reserve_mb": reserve_mb,
+            "spare_reserve_mb": reserve_mb, "load_reserve_factor": cfg.load_reserve_factor,
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
             "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
             "timed_loops": timed_loops(verdicts), "transfer": cfg.transfer_mode,
@@ -321,6 +324,9 @@ def main() -> None:
     ap.add_argument("--spare-reserve-mb", type=int, default=0,
                     help="EvalConfig.spare_reserve_mb: GPU memory each spare holds for its first "
                          "trial's allocations (0: none)")
+    ap.add_argument("--load-reserve-factor", type=float, default=None,
+                    help="EvalConfig.load_reserve_factor: memory each worker reserves while "
+                         "loading, in inputs' sizes (default: the evaluator's; 0: none)")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
     ap.add_argument("--repeat-names", nargs="+", default=None,
@@ -338,7 +344,8 @@ def main() -> None:
             for clock in args.clocks:
                 tp = throughput(args.workers, args.quick, args.transfer, args.start_method,
                                 scale=scale, warm=clock == "warm", spares=args.spares,
-                                reserve_mb=args.spare_reserve_mb)
+                                reserve_mb=args.spare_reserve_mb,
+                                load_reserve_factor=args.load_reserve_factor)
                 res["throughput_runs"].append(tp)
                 out.write_text(json.dumps(res, indent=2))  # each finished run is kept
                 report_throughput(tp)

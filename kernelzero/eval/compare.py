@@ -122,38 +122,26 @@ def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Co
         r_, c_ = torch.view_as_real(r).to(wide), torch.view_as_real(c).to(wide)
     else:
         r_, c_ = r.to(wide), c.to(wide)
-    # One reduction each tells whether everything is finite (max propagates NaN and Inf); both
-    # answers come back in one transfer (each transfer waits for the GPU).
-    all_fin, c_all_fin = torch.stack([r_.abs().amax(), c_.abs().amax()]).isfinite().tolist()
+    atol, rtol = tol(str(r.dtype).removeprefix("torch."))
+    # Everything is computed on the device and read in one transfer (each transfer waits for a
+    # GPU that other processes share): whether both sides are finite (max propagates NaN and
+    # Inf) and the error figures, which are only used when both are.
+    finite = torch.stack([r_.abs().amax(), c_.abs().amax()]).isfinite().to(wide)
+    all_fin, c_all_fin, *figures = torch.cat([finite, _error_figures(r_, c_, atol, rtol)]).tolist()
     if not all_fin or not c_all_fin:
         r_fin, c_fin = torch.isfinite(r_), torch.isfinite(c_)
         bad_fin = r_fin & ~c_fin
         if bool(bad_fin.any()):
             return _fail(res, f"{where} has {int(bad_fin.sum())} NaN/Inf values where the reference "
                               "is finite", "non_finite")
-        if not all_fin:
-            # Non-finite reference positions must be matched exactly (same NaN / same signed Inf).
-            nf = ~r_fin
-            same = (torch.isnan(r_) & torch.isnan(c_)) | (r_ == c_)
-            if not bool(same[nf].all()):
-                return _fail(res, f"{where} differs where the reference is NaN/Inf", "value_mismatch")
-            r_, c_ = r_[r_fin], c_[r_fin]
-    atol, rtol = tol(str(r.dtype).removeprefix("torch."))
-    max_abs = max_rel = ref_norm = err_norm = 0.0
-    excess = -1.0
-    if r_.numel():
-        # atol is relative to the output's scale once that exceeds 1 (its RMS): rounding errors
-        # of legitimate kernels grow with the magnitudes involved (long dot products,
-        # heavy-tailed inputs). Every figure is computed on the device and read in one transfer;
-        # the in-place steps come last in the stream's order, after the reductions that need
-        # the values they overwrite.
-        atol_t = (torch.linalg.vector_norm(r_) / r_.numel() ** 0.5).clamp_min(1.0) * atol
-        diff = (c_ - r_).abs_()
-        mag = r_.abs()
-        parts = [atol_t, diff.amax(), (diff - mag * rtol).amax() - atol_t,
-                 torch.linalg.vector_norm(mag), torch.linalg.vector_norm(diff)]
-        parts.append(diff.div_(mag.clamp_min_(atol_t)).amax())
-        atol, max_abs, excess, ref_norm, err_norm, max_rel = torch.stack(parts).tolist()
+        # Non-finite reference positions must be matched exactly (same NaN / same signed Inf).
+        nf = ~r_fin
+        same = (torch.isnan(r_) & torch.isnan(c_)) | (r_ == c_)
+        if not bool(same[nf].all()):
+            return _fail(res, f"{where} differs where the reference is NaN/Inf", "value_mismatch")
+        r_, c_ = r_[r_fin], c_[r_fin]
+        figures = _error_figures(r_, c_, atol, rtol).tolist()
+    atol, max_abs, excess, ref_norm, err_norm, max_rel = figures
     res.max_abs_err = max(res.max_abs_err, max_abs)
     res.max_rel_err = max(res.max_rel_err, max_rel)
     if excess > 0:
@@ -168,6 +156,23 @@ def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Co
             _fail(res, f"{where}: relative error norm {rel_norm:.3g} exceeds {rtol:g} "
                        "(the output is wrong relative to the reference's magnitude)",
                   "relative_norm_mismatch")
+
+
+def _error_figures(r_, c_, atol: float, rtol: float):
+    """(scaled atol, max abs err, worst excess over the tolerance, ||r||, ||c - r||, max rel err)
+    as one tensor on the device. atol is relative to the output's scale once that exceeds 1 (its
+    RMS): rounding errors of legitimate kernels grow with the magnitudes involved (long dot
+    products, heavy-tailed inputs). The in-place steps come last in the stream's order, after the
+    reductions that need the values they overwrite."""
+    if not r_.numel():
+        return torch.tensor([atol, 0.0, -1.0, 0.0, 0.0, 0.0], dtype=r_.dtype, device=r_.device)
+    atol_t = (torch.linalg.vector_norm(r_) / r_.numel() ** 0.5).clamp_min(1.0) * atol
+    diff = (c_ - r_).abs_()
+    mag = r_.abs()
+    parts = [atol_t, diff.amax(), (diff - mag * rtol).amax() - atol_t,
+             torch.linalg.vector_norm(mag), torch.linalg.vector_norm(diff)]
+    parts.append(diff.div_(mag.clamp_min_(atol_t)).amax())
+    return torch.stack(parts)
 
 
 def warm_up_comparison(tolerance_for) -> None:

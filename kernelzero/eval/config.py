@@ -52,6 +52,13 @@ class EvalConfig:
         own caching allocator, so the first correctness trial's large allocations are carved
         from it instead of going to the driver while other processes share the GPU. Idle spares
         hold it: spares x this much of the GPU. 0 (the default): none.
+    load_reserve_factor / load_reserve_max_mb: on cuda, each worker, once its module is loaded
+        (outside the GPU lock), takes about load_reserve_factor times one call's input bytes
+        (from `get_inputs` under FakeTensorMode) plus the model's weights, at most
+        load_reserve_max_mb MiB and an eighth of the GPU's free memory, from the driver and
+        hands it back to its own caching allocator, where its trials find it (reserve.py): only
+        memory the trials would allocate anyway, taken earlier, released with the worker. A
+        factor of 0 turns it off.
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
@@ -82,6 +89,8 @@ class EvalConfig:
     prestart: bool = True
     spares: int | None = None
     spare_reserve_mb: int = 0
+    load_reserve_factor: float = 6.0
+    load_reserve_max_mb: int = 4096
     seed: int | None = None
     start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
@@ -104,8 +113,9 @@ class EvalConfig:
             raise ValueError("EvalConfig.max_library_share must be None or within [0, 1]")
         if self.max_workers < 1:
             raise ValueError("EvalConfig.max_workers must be >= 1")
-        if self.spare_reserve_mb < 0:
-            raise ValueError("EvalConfig.spare_reserve_mb must be >= 0")
+        for name in ("spare_reserve_mb", "load_reserve_factor", "load_reserve_max_mb"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"EvalConfig.{name} must be >= 0")
         if self.spares is not None and self.spares < 0:
             raise ValueError("EvalConfig.spares must be >= 0 (or None for the default)")
         if self.timing_warmup < 0 or self.timing_warmup_ms < 0:
@@ -120,6 +130,11 @@ class EvalConfig:
                       "hardening_trials", "timing", "timing_warmup", "timing_warmup_ms",
                       "timing_min_trials", "timing_max_trials", "timing_rel_spread",
                       "timing_checked_calls", "compile_baseline", "max_library_share")
+
+    def load_reserve(self) -> dict:
+        """The `load` command's reserve fields (worker.Worker.reserve)."""
+        return {"reserve_factor": self.load_reserve_factor,
+                "reserve_max_bytes": self.load_reserve_max_mb << 20}
 
     def judging_settings(self) -> dict:
         return {k: getattr(self, k) for k in self.JUDGING_FIELDS}

@@ -34,8 +34,12 @@ def _unhex(s):
     return bytes.fromhex(s) if isinstance(s, str) else None
 
 
-def open_shared(ipc: dict, shape: list[int], dtype):
-    """Map and copy. Raises ValueError on an inconsistent description."""
+def open_shared(ipc: dict, shape: list[int], dtype, mapped: list | None = None):
+    """Map and copy. Raises ValueError on an inconsistent description. With `mapped` (a list),
+    the mapping is kept there, alive as long as the list: PyTorch maps an allocation once while
+    any storage of it lives, so the other outputs of one reply, often cut from the same
+    allocation (a worker's memory reserve: reserve.py), are copied without mapping it again
+    (mapping and unmapping a large allocation costs milliseconds while the GPU is shared)."""
     import torch
     itemsize = torch.empty((), dtype=dtype).element_size()
     stride, offset, size_bytes = ipc.get("stride"), ipc.get("offset"), ipc.get("size_bytes")
@@ -58,5 +62,7 @@ def open_shared(ipc: dict, shape: list[int], dtype):
     view = torch.empty(0, dtype=dtype, device=storage.device)
     view.set_(storage, offset, shape, stride)
     copy = view.clone()  # the judge's own memory from here on
+    if mapped is not None:
+        mapped.append(storage)
     del view, storage
     return copy

@@ -30,7 +30,7 @@ from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
-from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_module,
+from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_settled,
                                        timed_calls, timing_details, worker_breakdown)
 from kernelzero.eval.reference_cache import ReferenceCache
 from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
@@ -326,9 +326,11 @@ class Evaluator:
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
                                   "transfer": cfg.transfer_mode, "build_dir": str(build),
-                                  "init_seed": 0},
+                                  "init_seed": 0, **cfg.load_reserve()},
                                  cfg.load_timeout_s)
                 phases["load_s"] = time.perf_counter() - t0
+                if info.get("reserved_bytes"):  # reserve.py (a size, not a time)
+                    phases["reserved_mb"] = info["reserved_bytes"] / 2**20
                 ref = reference.outputs()
                 if not ref.ok:
                     return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
@@ -361,15 +363,21 @@ class Evaluator:
                     with gpu_lock_for(cfg.device, what="cand_time"):
                         phases["timing_wait_s"] = time.perf_counter() - t3
                         t4 = time.perf_counter()
-                        reply = time_module(w, cfg, ref.schedule, ref.l2_bytes,
-                                            checked=ref.schedule.checked)
-                        judge_wall_ms = (time.perf_counter() - t4) * 1e3
+                        reply, judge_wall_ms = time_settled(w, cfg, ref.schedule, ref.l2_bytes,
+                                                            checked=ref.schedule.checked)
                         phases["timing_s"] = time.perf_counter() - t4
-                        # The timed calls' outputs are re-checked while the GPU is still held:
-                        # a few milliseconds more here, instead of queueing once more for the
-                        # GPU (shared) behind every timing waiting by then.
+                        # The timed calls' outputs become the judge's own copies before the GPU
+                        # is let go (copies finished: nothing of this judge's runs beside the
+                        # next timing) ...
                         t4 = time.perf_counter()
-                        outs = self._timed_outputs(w, reply)  # the judge's own copies
+                        outs = self._timed_outputs(w, reply)
+                        phases["timed_copy_s"] = time.perf_counter() - t4
+                    # ... and are compared with the GPU shared: comparing is not timed work,
+                    # and other candidates' trials may run beside it.
+                    t4 = time.perf_counter()
+                    with gpu_lock_for(cfg.device, shared=True, what="cand_recheck"):
+                        phases["recheck_wait_s"] = time.perf_counter() - t4
+                        t4 = time.perf_counter()
                         v = self._timing(ref, backend, stats, reply, judge_wall_ms, outs)
                         phases["timed_check_s"] = time.perf_counter() - t4
                 elif v is None:
@@ -475,11 +483,17 @@ class Evaluator:
 
     @staticmethod
     def _timed_outputs(w: SandboxWorker, reply: dict) -> dict:
-        """The checked timed calls' outputs, decoded into the judge's own memory right away."""
+        """The checked timed calls' outputs, decoded into the judge's own memory right away,
+        the copies finished when this returns."""
         if not reply.get("ok"):
             return {}
-        return {int(idx): decode(item["desc"], os.path.join(w.dir, item["file"]))
+        mapped: list = []  # each shared allocation mapped once (cuda_ipc.open_shared)
+        outs = {int(idx): decode(item["desc"], os.path.join(w.dir, item["file"]), mapped=mapped)
                 for idx, item in (reply.get("outputs") or {}).items()}
+        import torch
+        if outs and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        return outs
 
     def _timing(self, ref: ReferenceRun, backend: str, stats, reply: dict, judge_wall_ms: float,
                 outputs: dict) -> Verdict:

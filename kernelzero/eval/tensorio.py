@@ -78,8 +78,9 @@ class DecodeError(ValueError):
     """The worker's description does not match the allow-list or the bytes it wrote."""
 
 
-def decode(desc, path: str | os.PathLike, _buf: list | None = None):
-    """Rebuild what `encode` described. Tensors come back on the CPU, owning their memory."""
+def decode(desc, path: str | os.PathLike, _buf: list | None = None, mapped: list | None = None):
+    """Rebuild what `encode` described. Tensors come back on the CPU, owning their memory (CUDA
+    IPC outputs: in the judge's own GPU memory; `mapped`: see cuda_ipc.open_shared)."""
     if _buf is None:
         size = os.path.getsize(path)
         data = bytearray(size)
@@ -100,7 +101,7 @@ def decode(desc, path: str | os.PathLike, _buf: list | None = None):
         if isinstance(desc.get("ipc"), dict):
             from kernelzero.eval.cuda_ipc import open_shared
             try:
-                t = open_shared(desc["ipc"], shape, dt)
+                t = open_shared(desc["ipc"], shape, dt, mapped)
             except (ValueError, TypeError, KeyError, RuntimeError) as e:
                 raise DecodeError(f"shared CUDA output could not be opened: {e}") from None
             return TensorOut(t, device=str(desc.get("device")), exact_type=bool(desc.get("exact_type")),
@@ -122,7 +123,7 @@ def decode(desc, path: str | os.PathLike, _buf: list | None = None):
             v = float(v)
         return v
     if kind == "seq":
-        items = [decode(x, path, _buf) for x in desc.get("items", [])]
+        items = [decode(x, path, _buf, mapped) for x in desc.get("items", [])]
         return tuple(items) if desc.get("type") == "tuple" else items
     if kind == "none":
         return None

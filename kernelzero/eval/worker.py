@@ -24,6 +24,7 @@ import traceback
 
 # Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
 from kernelzero.eval.library_share import KernelProfile
+from kernelzero.eval.reserve import hand_to_allocator, input_bytes, warm_fake_mode, weight_bytes
 from kernelzero.eval.timer import capture_primitives, l2_reset_function, time_calls
 
 _REPLY = None  # file object on the private reply fd
@@ -156,6 +157,8 @@ class Worker:
             try:
                 if stage == "imports":
                     import triton  # noqa: F401
+                    if cuda:  # `load` estimates the memory to reserve under FakeTensorMode
+                        warm_fake_mode(self.torch)
                 elif cuda and stage == "context":
                     self.torch.cuda.init()
                     self.torch.zeros(1, device="cuda")  # the context is made at the first use
@@ -163,11 +166,8 @@ class Worker:
                     _warm_cuda_libraries(self.torch)
                 elif cuda and stage == "dry_run":
                     self._dry_run(cmd.get("transfer", "ipc"))
-                    if cmd.get("reserve_mb"):  # EvalConfig.spare_reserve_mb
-                        block = self.torch.empty(int(cmd["reserve_mb"]) << 20,
-                                                 dtype=self.torch.uint8, device="cuda")
-                        del block  # back to this process's caching allocator, which keeps it
-                        self.torch.cuda.reset_peak_memory_stats()
+                    # EvalConfig.spare_reserve_mb: kept by this process's caching allocator
+                    hand_to_allocator(self.torch, int(cmd.get("reserve_mb", 0)) << 20)
             except Exception:  # noqa: BLE001 - a warm-up miss only costs time later
                 pass
             if cuda and stage in GPU_WARM_STAGES:
@@ -219,9 +219,28 @@ class Worker:
                             "reason": "the candidate defines no `ModelNew` class"}
         except BaseException as e:  # noqa: BLE001 - every failure becomes a reply
             return _failure(e, "import")
-        if "init_seed" in cmd:
-            return self.construct(int(cmd["init_seed"]))
-        return {"ok": True}
+        info = self.construct(int(cmd["init_seed"])) if "init_seed" in cmd else {"ok": True}
+        if info["ok"] and cmd.get("reserve_factor") and self._cuda_ready():
+            info["reserved_bytes"] = self.reserve(float(cmd["reserve_factor"]),
+                                                  int(cmd.get("reserve_max_bytes", 0)))
+        return info
+
+    def reserve(self, factor: float, max_bytes: int) -> int:
+        """Device memory for the trials, taken from the driver now, outside the judge's GPU lock
+        (reserve.py): `factor` times one call's input bytes plus the model's weights, at most
+        `max_bytes` (0: no cap) and an eighth of the free memory. Returns the bytes reserved
+        (0 when the size is unknown)."""
+        torch = self.torch
+        need = input_bytes(torch, self.ref.get_inputs, self.device)
+        if not need:
+            return 0
+        need = int(factor * need) + weight_bytes(torch, self.model)
+        cap = torch.cuda.mem_get_info()[0] // 8  # other workers load and run beside this one
+        return hand_to_allocator(torch, min(need, cap, max_bytes or cap))
+
+    def _cuda_ready(self) -> bool:
+        """On cuda with the context already made (a warmed spare): making one is GPU work."""
+        return self.device == "cuda" and self.torch.cuda.is_initialized()
 
     def construct(self, seed: int) -> dict:
         """The model under the init seed, on the CPU (candidates get the reference's weights).

@@ -1,0 +1,69 @@
+"""compare_outputs on float tensors: the finiteness rules and the error figures, read in one
+transfer on the usual path and recomputed on the finite positions when something is not finite."""
+import math
+
+import torch
+
+from kernelzero.eval.compare import compare_outputs
+from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.tensorio import TensorOut
+
+TOL = EvalConfig().tolerance_for  # fp32 1e-4
+
+
+def _cmp(ref, cand):
+    return compare_outputs(TensorOut(ref, "cpu", True, []), TensorOut(cand, "cpu", True, []),
+                           TOL, "cpu")
+
+
+def test_within_tolerance_reports_its_errors():
+    r = torch.linspace(1, 2, 1000)
+    res = _cmp(r, r + 5e-5)
+    assert res.ok and math.isclose(res.max_abs_err, 5e-5, rel_tol=0.05)
+    assert 0 < res.max_rel_err <= 5e-5
+
+
+def test_beyond_tolerance_names_the_first_index():
+    r = torch.ones(100)
+    c = r.clone()
+    c[37] = 1.01
+    res = _cmp(r, c)
+    assert not res.ok and res.flags == ["value_mismatch"] and "flat index 37" in res.reason
+
+
+def test_nan_where_the_reference_is_finite():
+    r = torch.ones(10)
+    c = r.clone()
+    c[3] = float("nan")
+    res = _cmp(r, c)
+    assert not res.ok and res.flags == ["non_finite"] and "1 NaN/Inf" in res.reason
+
+
+def test_matching_non_finite_positions_pass_and_errors_come_from_the_rest():
+    r = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), 2.0])
+    c = r.clone()
+    c[4] = 2.0001
+    res = _cmp(r, c)
+    assert res.ok and math.isclose(res.max_abs_err, 1e-4, rel_tol=0.05)
+    c[2] = -float("inf")  # the wrong signed infinity
+    res = _cmp(r, c)
+    assert not res.ok and res.flags == ["value_mismatch"] and "NaN/Inf" in res.reason
+    # nothing finite at all, on both sides alike
+    r = torch.full((4,), float("nan"))
+    assert _cmp(r, r.clone()).ok
+
+
+def test_an_all_zero_answer_fails_the_norm_check():
+    r = torch.full((1000,), 1e-5)  # every element within atol of zero, the whole output not
+    res = _cmp(r, torch.zeros(1000))
+    assert not res.ok and res.flags == ["relative_norm_mismatch"]
+
+
+def test_float64_and_complex_keep_their_precision():
+    r = torch.linspace(1, 2, 100, dtype=torch.float64)
+    assert not _cmp(r, r + 1e-6).ok  # float64's tolerance is 1e-7
+    z = torch.complex(torch.ones(8), torch.zeros(8))
+    assert _cmp(z, z.clone()).ok
+    w = z.clone()
+    w[2] = complex(1, 0.5)
+    assert not _cmp(z, w).ok
