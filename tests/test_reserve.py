@@ -75,6 +75,13 @@ def test_no_reserve_on_the_cpu(tmp_path):
     assert reply == {"ok": True}
 
 
+def test_a_reserve_that_fails_never_fails_the_load(tmp_path, monkeypatch):
+    # as on a GPU whose context the candidate's import broke: no CUDA call works here
+    monkeypatch.setattr(Worker, "_cuda_ready", lambda self: True)
+    _, reply = _load(tmp_path, "cpu", reserve_factor=4.0, reserve_max_bytes=0)
+    assert reply == {"ok": True, "reserved_bytes": 0}
+
+
 @pytest.mark.gpu
 def test_the_trials_allocate_from_the_reserve_not_from_the_driver(tmp_path):
     torch.cuda.init()

@@ -221,8 +221,11 @@ class Worker:
             return _failure(e, "import")
         info = self.construct(int(cmd["init_seed"])) if "init_seed" in cmd else {"ok": True}
         if info["ok"] and cmd.get("reserve_factor") and self._cuda_ready():
-            info["reserved_bytes"] = self.reserve(float(cmd["reserve_factor"]),
-                                                  int(cmd.get("reserve_max_bytes", 0)))
+            try:
+                info["reserved_bytes"] = self.reserve(float(cmd["reserve_factor"]),
+                                                      int(cmd.get("reserve_max_bytes", 0)))
+            except Exception:  # noqa: BLE001 - only saves time; a broken context shows in build
+                info["reserved_bytes"] = 0
         return info
 
     def reserve(self, factor: float, max_bytes: int) -> int:
