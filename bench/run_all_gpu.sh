@@ -13,7 +13,6 @@
 #   bash bench/run_all_gpu.sh spread RESULTS_DIR # throughput x1, x1, x2 | x2, x1 (run-to-run spread)
 #   bash bench/run_all_gpu.sh seventh RESULTS_DIR # throughput x1 twice, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
 #   bash bench/run_all_gpu.sh eighth RESULTS_DIR  # x1 three times, x1 without the load reserve, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
-#   bash bench/run_all_gpu.sh recheck RESULTS_DIR # x1 three times, x1 without the load reserve, GPU tests | repeatability, adversarial
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
@@ -32,8 +31,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|recheck|spread|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|recheck|spread|fit|checks|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|spread|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|spread|fit|checks|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -73,7 +72,7 @@ TP="$PY bench/eval_throughput.py --skip-repeat"
 SM=${KZ_START_METHOD:-auto}
 
 # Every step once: NAME LIMIT_S COMMAND (the parts below put them in lanes).
-S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py -p no:cacheprovider"
+S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py tests/test_reserve.py -p no:cacheprovider"
 S02="02_adversarial_cuda ${KZ_ADV_LIMIT_S:-340} env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
 S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
 S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
@@ -86,7 +85,6 @@ S18="18_throughput_x2_again 100 $TP --scales 2 --clocks warm --spares 30 --out $
 S19="19_throughput_third 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30_third.json"
 S20="20_throughput_reserve 100 $TP --scales 1 --clocks warm --spares 30 --spare-reserve-mb 3072 --out $R/files/tp_x1_spares30_reserve.json"
 S24="24_throughput_no_load_reserve 100 $TP --scales 1 --clocks warm --spares 30 --load-reserve-factor 0 --out $R/files/tp_x1_spares30_noreserve.json"
-S25="25_gpu_tests_reserve 200 bash scripts/test.sh -m gpu tests/test_eval_gpu.py tests/test_reserve.py -p no:cacheprovider"
 S16="16_throughput_w16 100 $TP --scales 1 --clocks warm --spares 30 --workers 16 --out $R/files/tp_x1_spares30_w16.json"
 S15="15_throughput_x4_spares 170 $TP --scales 4 --clocks warm --spares 30 --out $R/files/tp_x4_spares30.json"
 S21="21_train_single_h200 ${KZ_TRAIN_LIMIT_S:-380} $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200"
@@ -120,11 +118,7 @@ if [ "$part" = seventh ]; then  # ~8 min on 2 GPUs: x1 twice, x1 with reserved s
 fi
 
 if [ "$part" = eighth ]; then  # ~7 min on 2 GPUs: x1 three times (reserve while loading), once without it, x1 + spare reserve, x2, GPU tests | repeatability, adversarial
-  two_lanes "$S13; $S24; $S17; $S19; $S20; $S14; $S25" "$S11; $S02"
-fi
-
-if [ "$part" = recheck ]; then  # ~5 min on 2 GPUs: x1 three times, once without the load reserve, GPU tests | repeatability, adversarial (KZ_ADV_ARGS)
-  two_lanes "$S13; $S24; $S17; $S19; $S25" "$S11; $S02"
+  two_lanes "$S13; $S24; $S17; $S19; $S20; $S14; $S01" "$S11; $S02"
 fi
 
 if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2

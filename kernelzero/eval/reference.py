@@ -242,7 +242,8 @@ def timed_calls(reply: dict, timing: Timing) -> int:
 
 
 def timing_details(reply: dict) -> dict:
-    """The diagnostics of a `time` reply (the worker's word: shown, never judged on)."""
+    """The diagnostics of a `time` reply (the worker's word, and the judge's `retimed`: shown,
+    never judged on)."""
     return {k: reply[k] for k in DETAIL_KEYS if k in reply}
 
 
