@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -120,6 +122,17 @@ def timed_loops(verdicts) -> dict:
             "l2_reset_ms": sum(d.get("l2_reset_ms", 0.0) for d in loops)}
 
 
+def _round_trips(verdicts) -> dict:
+    """The judge's time around each candidate's timing command beyond the worker's own time for
+    it (pipe round trip, reading the reply, waking up): summed and the largest, in ms. A loop
+    timed twice (`retimed`) is left out: the judge's time then holds both commands."""
+    extra = [1e3 * v.phases_s["timing_s"] - d["command_ms"] for v in verdicts
+             if "timing_s" in (v.phases_s or {})
+             and "command_ms" in (d := (v.timing_details or {}).get("candidate", {}))
+             and not d.get("retimed")]
+    return {"n": len(extra), "sum_ms": sum(extra), "max_ms": max(extra)} if extra else {}
+
+
 def _median_of(loops: list[dict], key: str):
     vals = [d[key] for d in loops if d.get(key) is not None]
     return statistics.median(vals) if vals else None
@@ -205,6 +218,68 @@ def _segments(spans: dict, t0: float, t1: float) -> list:
     return out
 
 
+class InterpreterLag:
+    """How late a thread of the judge wakes from a short sleep: the wait for the interpreter lock
+    (and for a CPU) that every judge thread meets when it wakes, the one holding the GPU for a
+    timing included. Diagnostics only: it adds one more thread that wants the lock."""
+
+    def __init__(self, period_s: float = 0.002):
+        self.period_s, self.lags = period_s, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            time.sleep(self.period_s)
+            self.lags.append(time.perf_counter() - t - self.period_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict:
+        if len(self.lags) < 2:
+            return {}
+        q = statistics.quantiles([1e3 * x for x in self.lags], n=100, method="inclusive")
+        return {"wakeups": len(self.lags), "median_ms": q[49], "p90_ms": q[89], "p99_ms": q[98],
+                "max_ms": 1e3 * max(self.lags), "over_1ms": sum(x > 1e-3 for x in self.lags)}
+
+
+class CollectorPauses:
+    """Every cyclic garbage collection in the judge while the batch runs (gc.callbacks): how long
+    it held the interpreter lock, which every judge thread, the timing one included, waits for."""
+
+    def __init__(self):
+        self.pauses, self._t0 = [], None
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.pauses.append((info.get("generation"), time.perf_counter() - self._t0))
+            self._t0 = None
+
+    def __enter__(self):
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self._callback)
+
+    def summary(self) -> dict:
+        if not self.pauses:
+            return {"collections": 0}
+        gen, longest = max(self.pauses, key=lambda p: p[1])
+        return {"collections": len(self.pauses), "sum_ms": 1e3 * sum(p[1] for p in self.pauses),
+                "max_ms": 1e3 * longest, "max_generation": gen,
+                "by_generation": {g: sum(1 for p in self.pauses if p[0] == g) for g in (0, 1, 2)}}
+
+
 def kernelbench_config(**knobs) -> EvalConfig:
     """KernelBench's workload on cuda: 5 correctness trials, 3 warm-up calls (no time-based
     warm-up), 100 timed calls, 3 of them re-checked; no hardening trials, no policy."""
@@ -215,10 +290,12 @@ def kernelbench_config(**knobs) -> EvalConfig:
 
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
                scale: int = 1, warm: bool = False, spares: int | None = None,
-               reserve_mb: int = 0, load_reserve_factor: float | None = None) -> dict:
+               reserve_mb: int = 0, load_reserve_factor: float | None = None,
+               ipc_pool: bool = True) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
     its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
     knobs = {} if load_reserve_factor is None else {"load_reserve_factor": load_reserve_factor}
+    knobs["ipc_output_pool"] = ipc_pool
     cfg = kernelbench_config(transfer=transfer, start_method=start_method, max_workers=workers,
                              spares=spares, spare_reserve_mb=reserve_mb, **knobs)
     tasks = make_tasks(scale)[: 3 if quick else None]
@@ -232,7 +309,8 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             ready = ev.warm_up()
             warm_up_s = time.perf_counter() - t0
             t0, w0 = time.perf_counter(), time.time()
-        verdicts = ev.judge_many(pairs)
+        with InterpreterLag() as lag, CollectorPauses() as pauses:
+            verdicts = ev.judge_many(pairs)
         ref_phases = dict(ev.reference_phases)
         wall, w1 = time.perf_counter() - t0, time.time()
     os.environ.pop("KZ_GPU_LOCK_TRACE", None)
@@ -250,6 +328,9 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
              "ref_ms": v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None,
              "speedup": v.speedup, "flags": v.flags, "wall_s": v.wall_s, "phases_s": v.phases_s,
              "retimed": bool((v.timing_details or {}).get("candidate", {}).get("retimed")),
+             # the worker's own time for the timing command (timing_s beyond it: round trip)
+             "timing_command_ms": (v.timing_details or {}).get("candidate", {}).get("command_ms"),
+             "timing_loop_ms": (v.timing_details or {}).get("candidate", {}).get("loop_ms"),
              "reason": v.reason[:160]}
             for (_, c), v in zip(pairs, verdicts)]
     gpu = cand_gpu + ref_gpu
@@ -262,6 +343,8 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
             "spare_reserve_mb": reserve_mb, "load_reserve_factor": cfg.load_reserve_factor,
+            "ipc_output_pool": cfg.ipc_output_pool, "gc_pauses": pauses.summary(),
+            "interpreter_lag": lag.summary(), "timing_round_trip_ms": _round_trips(verdicts),
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
             "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
             "timed_loops": timed_loops(verdicts), "transfer": cfg.transfer_mode,
@@ -327,6 +410,9 @@ def main() -> None:
     ap.add_argument("--load-reserve-factor", type=float, default=None,
                     help="EvalConfig.load_reserve_factor: memory each worker reserves while "
                          "loading, in inputs' sizes (default: the evaluator's; 0: none)")
+    ap.add_argument("--no-ipc-pool", action="store_true",
+                    help="EvalConfig.ipc_output_pool=False: shared outputs are copied wherever the "
+                         "worker's allocator finds room (often inside its memory reserve)")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
     ap.add_argument("--repeat-names", nargs="+", default=None,
@@ -345,7 +431,8 @@ def main() -> None:
                 tp = throughput(args.workers, args.quick, args.transfer, args.start_method,
                                 scale=scale, warm=clock == "warm", spares=args.spares,
                                 reserve_mb=args.spare_reserve_mb,
-                                load_reserve_factor=args.load_reserve_factor)
+                                load_reserve_factor=args.load_reserve_factor,
+                                ipc_pool=not args.no_ipc_pool)
                 res["throughput_runs"].append(tp)
                 out.write_text(json.dumps(res, indent=2))  # each finished run is kept
                 report_throughput(tp)
@@ -389,6 +476,16 @@ def report_throughput(tp: dict) -> None:
               f"{tl['synced_calls']} synchronised; GPU time between calls "
               f"{tl['between_calls_ms_median'] or 0:.3f} ms median; L2 resets "
               f"{tl['l2_reset_ms']:.0f} ms of host time")
+    lag, rt = tp.get("interpreter_lag") or {}, tp.get("timing_round_trip_ms") or {}
+    if lag:
+        gcp = tp.get("gc_pauses") or {}
+        print(f"  garbage collections: "
+              f"{gcp.get('collections', 0)}, {gcp.get('sum_ms', 0):.0f} ms in all, the longest "
+              f"{gcp.get('max_ms', 0):.1f} ms (generation {gcp.get('max_generation')})")
+        print(f"  judge threads woke late: "
+              f"median {lag['median_ms']:.2f} ms, p90 {lag['p90_ms']:.2f}, p99 {lag['p99_ms']:.2f}, "
+              f"max {lag['max_ms']:.1f} ms; timing round trips beyond the worker's command: "
+              f"{rt.get('sum_ms', 0):.0f} ms summed, {rt.get('max_ms', 0):.1f} ms the largest")
     print("  summed per-reference phases (s): " +
           ", ".join(f"{k} {x:.1f}" for k, x in tp["reference_phases_sum_s"].items()))
 

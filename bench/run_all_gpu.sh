@@ -13,6 +13,7 @@
 #   bash bench/run_all_gpu.sh spread RESULTS_DIR # throughput x1, x1, x2 | x2, x1 (run-to-run spread)
 #   bash bench/run_all_gpu.sh seventh RESULTS_DIR # throughput x1 twice, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
 #   bash bench/run_all_gpu.sh eighth RESULTS_DIR  # x1 three times, x1 without the load reserve, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
+#   bash bench/run_all_gpu.sh ninth RESULTS_DIR   # x1 seven times, alternating without the shared-output pool, GPU tests | adversarial, repeatability
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
@@ -31,8 +32,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|spread|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|spread|fit|checks|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|spread|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|spread|fit|checks|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -119,6 +120,16 @@ fi
 
 if [ "$part" = eighth ]; then  # ~7 min on 2 GPUs: x1 three times (reserve while loading), once without it, x1 + spare reserve, x2, GPU tests | repeatability, adversarial
   two_lanes "$S13; $S24; $S17; $S19; $S20; $S14; $S01" "$S11; $S02"
+fi
+
+x1() {  # x1 NAME [ARGS...]: one warm x1 throughput step (30 spares) with extra arguments
+  local name=$1; shift
+  echo "$name 100 $TP --scales 1 --clocks warm --spares 30 $* --out $R/files/tp_$name.json"
+}
+
+if [ "$part" = ninth ]; then  # ~7.5 min on 2 GPUs: wall / GPU with and without the shared-output pool, GPU tests | adversarial, repeatability
+  two_lanes "$(x1 61_x1_pool); $(x1 62_x1_no_pool --no-ipc-pool); $(x1 63_x1_pool); $(x1 64_x1_no_pool --no-ipc-pool)
+    ; $(x1 65_x1_pool); $(x1 66_x1_no_pool --no-ipc-pool); $(x1 67_x1_pool); $S01" "$S02; $S11"
 fi
 
 if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2

@@ -67,3 +67,16 @@ def test_float64_and_complex_keep_their_precision():
     w = z.clone()
     w[2] = complex(1, 0.5)
     assert not _cmp(z, w).ok
+
+
+def test_shared_mappings_keep_one_storage_per_allocation():
+    """One storage keeps an allocation mapped for the rest of a decode (cuda_ipc.SharedMappings)."""
+    from kernelzero.eval.cuda_ipc import SharedMappings
+    m = SharedMappings()
+    first, other = torch.UntypedStorage(1024), torch.UntypedStorage(64)
+    m.keep("aa", first)
+    m.keep("aa", torch.UntypedStorage(16))
+    m.keep("bb", other)
+    assert m._kept == {"aa": first, "bb": other}
+    m.clear()
+    assert m._kept == {} and m.map_s == 0.0

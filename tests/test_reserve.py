@@ -55,7 +55,9 @@ def test_weight_bytes_and_config():
     assert weight_bytes(torch, torch.nn.Linear(4, 2)) == (8 + 2) * 4
     assert weight_bytes(torch, lambda x: x) == 0
     cfg = EvalConfig(load_reserve_factor=2.5, load_reserve_max_mb=10)
-    assert cfg.load_reserve() == {"reserve_factor": 2.5, "reserve_max_bytes": 10 << 20}
+    assert cfg.load_memory() == {"reserve_factor": 2.5, "reserve_max_bytes": 10 << 20,
+                                 "ipc_pool": True}
+    assert EvalConfig(ipc_output_pool=False).load_memory()["ipc_pool"] is False
     for bad in ({"load_reserve_factor": -1}, {"load_reserve_max_mb": -1}):
         with pytest.raises(ValueError, match="load_reserve"):
             EvalConfig(**bad)
@@ -101,3 +103,27 @@ def test_the_trials_allocate_from_the_reserve_not_from_the_driver(tmp_path):
     # capped: never more than reserve_max_bytes
     _, capped = _load(tmp_path, "cuda", reserve_factor=4.0, reserve_max_bytes=1 << 20)
     assert capped["reserved_bytes"] == 1 << 20
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ipc_pool", [True, False])
+def test_shared_outputs_get_allocations_of_their_own(tmp_path, ipc_pool):
+    """The judge maps a shared output's whole allocation: with the output pool that allocation is
+    output-sized (8 MiB here, rounded to the allocator's 20 MiB segment), without it the copy is
+    cut from the reserve and the judge would map all of it."""
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    w, reply = _load(tmp_path, "cuda", reserve_factor=8.0, reserve_max_bytes=0, transfer="ipc",
+                     ipc_pool=ipc_pool)
+    assert reply["ok"] and reply["reserved_bytes"] > 64 << 20
+    assert w.build({"init_seed": 0})["ok"]
+    out = w.run({"trials": [{"seed": 1}, {"seed": 2}]})
+    assert out["ok"], out
+    segments = [(s["address"], s["total_size"]) for s in torch.cuda.memory_snapshot()]
+    sizes = [next(n for a, n in segments if a <= t.data_ptr() < a + n) for t in w._keep]
+    assert len(sizes) == 2
+    if ipc_pool:
+        assert all(n <= 20 << 20 for n in sizes), sizes
+    else:
+        assert all(n >= reply["reserved_bytes"] for n in sizes), sizes
+    w._keep.clear()

@@ -243,3 +243,28 @@ def test_the_late_margin_covers_host_noise_but_not_real_work():
     slow = [4.0] * 12  # 5% of a 4 ms call: 0.2 ms
     assert not _late([0.008 + 0.15] * 12, slow, 0.008)
     assert _late([0.008 + 0.3] * 12, slow, 0.008)
+
+
+def test_the_throughput_bench_reports_round_trips_and_late_wake_ups():
+    import importlib.util
+    import time
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "eval_throughput", Path(__file__).resolve().parents[1] / "bench" / "eval_throughput.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    verdicts = [SimpleNamespace(phases_s={"timing_s": 0.05 * k},
+                                timing_details={"candidate": {"command_ms": 40.0 * k}})
+                for k in (1, 2)] + [SimpleNamespace(phases_s={}, timing_details={})]
+    retimed = SimpleNamespace(phases_s={"timing_s": 0.3},  # two commands, the second reported
+                              timing_details={"candidate": {"command_ms": 40.0, "retimed": True}})
+    rt = bench._round_trips(verdicts + [retimed])
+    assert rt["n"] == 2 and abs(rt["sum_ms"] - 30.0) < 1e-9 and abs(rt["max_ms"] - 20.0) < 1e-9
+    assert bench._round_trips(verdicts[2:]) == {}
+    with bench.InterpreterLag(period_s=0.001) as lag:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.05:  # this thread keeps the interpreter lock busy
+            pass
+    s = lag.summary()
+    assert s["wakeups"] >= 2 and 0 <= s["median_ms"] <= s["p90_ms"] <= s["p99_ms"] <= s["max_ms"]

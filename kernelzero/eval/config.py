@@ -61,6 +61,9 @@ class EvalConfig:
         factor of 0 turns it off.
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
+    ipc_output_pool: with `ipc`, workers copy the outputs they share into a memory pool of their
+        own, each in an allocation sized to it (cuda_ipc.output_pool), so that the judge maps
+        output-sized allocations, not the large ones the copies are otherwise cut from.
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
         from a fork server that imported torch once; see kernelzero/eval/forkserver.py), or
         `auto`: fork on the CPU, spawn on cuda (fork is not yet measured on a GPU).
@@ -94,6 +97,7 @@ class EvalConfig:
     seed: int | None = None
     start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
+    ipc_output_pool: bool = True
     work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)
     extra_flags: list[str] = field(default_factory=list)
 
@@ -131,10 +135,11 @@ class EvalConfig:
                       "timing_min_trials", "timing_max_trials", "timing_rel_spread",
                       "timing_checked_calls", "compile_baseline", "max_library_share")
 
-    def load_reserve(self) -> dict:
-        """The `load` command's reserve fields (worker.Worker.reserve)."""
+    def load_memory(self) -> dict:
+        """The `load` command's memory fields (worker.Worker.reserve, the shared-output pool)."""
         return {"reserve_factor": self.load_reserve_factor,
-                "reserve_max_bytes": self.load_reserve_max_mb << 20}
+                "reserve_max_bytes": self.load_reserve_max_mb << 20,
+                "ipc_pool": self.ipc_output_pool}
 
     def judging_settings(self) -> dict:
         return {k: getattr(self, k) for k in self.JUDGING_FIELDS}

@@ -11,6 +11,50 @@ judge. A forged handle fails to open (the judge then reports an unreadable outpu
 from __future__ import annotations
 
 import math
+import time
+
+
+class SharedMappings:
+    """The worker allocations one decode has mapped (see `open_shared`): one storage of each is
+    kept until `clear`, which keeps it mapped for the other outputs cut from it. Also the host
+    time spent mapping (`map_s`) and queueing the copies (`copy_s`): diagnostics."""
+
+    def __init__(self):
+        self._kept: dict = {}  # allocation handle -> a storage of it
+        self.map_s = self.copy_s = 0.0
+
+    def keep(self, handle: str, storage) -> None:
+        self._kept.setdefault(handle, storage)
+
+    def clear(self) -> None:
+        """Unmap (once no other storage of the allocations lives)."""
+        self._kept.clear()
+
+
+def output_pool(torch):
+    """A private memory pool for the copies a worker shares (`torch.cuda.MemPool`), or None
+    where this torch has none. Allocations from it get segments of their own, sized to them:
+    the judge maps a shared allocation whole, and a copy made in the worker's ordinary pool
+    is often cut from a far larger allocation (its memory reserve, reserve.py), which costs up
+    to a hundred milliseconds to map and unmap where an output-sized one costs under one."""
+    if not (hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool")):
+        return None
+    try:
+        return torch.cuda.MemPool()
+    except Exception:  # noqa: BLE001 - only saves time: shared copies then use the ordinary pool
+        return None
+
+
+def copy_to_share(torch, t, pool):
+    """A plain copy of `t` in `pool` (None: the ordinary pool; also when the pool cannot get
+    new memory from the driver, where the ordinary pool may still have room cached)."""
+    if pool is not None:
+        try:
+            with torch.cuda.use_mem_pool(pool):
+                return torch.Tensor.clone(t).as_subclass(torch.Tensor)
+        except torch.OutOfMemoryError:
+            pass
+    return torch.Tensor.clone(t).as_subclass(torch.Tensor)
 
 
 def share(t) -> dict:
@@ -34,12 +78,12 @@ def _unhex(s):
     return bytes.fromhex(s) if isinstance(s, str) else None
 
 
-def open_shared(ipc: dict, shape: list[int], dtype, mapped: list | None = None):
-    """Map and copy. Raises ValueError on an inconsistent description. With `mapped` (a list),
-    the mapping is kept there, alive as long as the list: PyTorch maps an allocation once while
-    any storage of it lives, so the other outputs of one reply, often cut from the same
-    allocation (a worker's memory reserve: reserve.py), are copied without mapping it again
-    (mapping and unmapping a large allocation costs milliseconds while the GPU is shared)."""
+def open_shared(ipc: dict, shape: list[int], dtype, mapped: SharedMappings | None = None):
+    """Map and copy. Raises ValueError on an inconsistent description. With `mapped`, the
+    mapping is kept there until it is cleared: PyTorch maps an allocation once while any storage
+    of it lives, so the other outputs of one reply cut from the same allocation are copied
+    without mapping it again (mapping and unmapping costs milliseconds, more while the GPU is
+    shared; workers share output-sized allocations: `output_pool`)."""
     import torch
     itemsize = torch.empty((), dtype=dtype).element_size()
     stride, offset, size_bytes = ipc.get("stride"), ipc.get("offset"), ipc.get("size_bytes")
@@ -55,14 +99,18 @@ def open_shared(ipc: dict, shape: list[int], dtype, mapped: list | None = None):
     if numel == 0 or size_bytes == 0:
         return torch.empty(shape, dtype=dtype, device="cuda")
     torch.cuda._lazy_init()
+    t0 = time.perf_counter()
     storage = torch.UntypedStorage._new_shared_cuda(
         int(ipc["device"]), _unhex(ipc["handle"]), size_bytes, int(ipc["storage_offset_bytes"]),
         _unhex(ipc["ref_counter_handle"]), int(ipc["ref_counter_offset"]),
         _unhex(ipc["event_handle"]), bool(ipc["event_sync_required"]))
     view = torch.empty(0, dtype=dtype, device=storage.device)
     view.set_(storage, offset, shape, stride)
+    t1 = time.perf_counter()
     copy = view.clone()  # the judge's own memory from here on
     if mapped is not None:
-        mapped.append(storage)
+        mapped.map_s += t1 - t0
+        mapped.copy_s += time.perf_counter() - t1
+        mapped.keep(ipc["handle"], storage)
     del view, storage
     return copy

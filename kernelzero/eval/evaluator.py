@@ -27,6 +27,7 @@ from pathlib import Path
 
 from kernelzero.eval.compare import compare_outputs, warm_up_comparison
 from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.cuda_ipc import SharedMappings
 from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
@@ -326,7 +327,7 @@ class Evaluator:
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
                                   "transfer": cfg.transfer_mode, "build_dir": str(build),
-                                  "init_seed": 0, **cfg.load_reserve()},
+                                  "init_seed": 0, **cfg.load_memory()},
                                  cfg.load_timeout_s)
                 phases["load_s"] = time.perf_counter() - t0
                 if info.get("reserved_bytes"):  # reserve.py (a size, not a time)
@@ -369,9 +370,7 @@ class Evaluator:
                         # The timed calls' outputs become the judge's own copies before the GPU
                         # is let go (copies finished: nothing of this judge's runs beside the
                         # next timing) ...
-                        t4 = time.perf_counter()
-                        outs = self._timed_outputs(w, reply)
-                        phases["timed_copy_s"] = time.perf_counter() - t4
+                        outs = self._timed_outputs(w, reply, phases)
                     # ... and are compared with the GPU shared: comparing is not timed work,
                     # and other candidates' trials may run beside it.
                     t4 = time.perf_counter()
@@ -434,8 +433,10 @@ class Evaluator:
                                       f"({', '.join(bad[:6])}); compute must happen in its own "
                                       "kernels"), None
         t1 = time.perf_counter()
-        results = decode_trials(w, reply)
+        mapped = SharedMappings()
+        results = decode_trials(w, reply, mapped=mapped)
         phases["decode_s"] = time.perf_counter() - t1  # the judge's copies of the outputs
+        phases["decode_map_s"] = mapped.map_s  # of which mapping worker memory
         if len(results) != len(trials):
             return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                            reason="the candidate process returned the wrong number of trials"), None
@@ -482,17 +483,22 @@ class Evaluator:
         return cmp.max_abs_err, cmp.max_rel_err
 
     @staticmethod
-    def _timed_outputs(w: SandboxWorker, reply: dict) -> dict:
+    def _timed_outputs(w: SandboxWorker, reply: dict, phases: dict) -> dict:
         """The checked timed calls' outputs, decoded into the judge's own memory right away,
-        the copies finished when this returns."""
+        the copies finished when this returns (phases: timed_copy_s to queue them, of which
+        timed_map_s mapping worker memory; timed_sync_s to wait for them)."""
         if not reply.get("ok"):
             return {}
-        mapped: list = []  # each shared allocation mapped once (cuda_ipc.open_shared)
+        t0, mapped = time.perf_counter(), SharedMappings()
         outs = {int(idx): decode(item["desc"], os.path.join(w.dir, item["file"]), mapped=mapped)
                 for idx, item in (reply.get("outputs") or {}).items()}
+        t1 = time.perf_counter()
         import torch
         if outs and torch.cuda.is_initialized():
             torch.cuda.synchronize()
+        mapped.clear()
+        phases["timed_copy_s"], phases["timed_sync_s"] = t1 - t0, time.perf_counter() - t1
+        phases["timed_map_s"] = mapped.map_s
         return outs
 
     def _timing(self, ref: ReferenceRun, backend: str, stats, reply: dict, judge_wall_ms: float,

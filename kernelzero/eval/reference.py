@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.cuda_ipc import SharedMappings
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.schedule import Schedule, Trial
@@ -61,9 +62,13 @@ def _finite(obj) -> bool:
     return True
 
 
-def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False) -> list[TrialResult]:
-    """Every trial's outputs (and inputs where sent), in the judge's own memory."""
-    out, mapped = [], []  # each shared allocation mapped once for the whole reply
+def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False,
+                  mapped: SharedMappings | None = None) -> list[TrialResult]:
+    """Every trial's outputs (and inputs where sent), in the judge's own memory. Each shared
+    allocation is mapped once for the whole reply and unmapped before this returns, under the
+    caller's GPU lock (`mapped`, if given, counts the time spent mapping)."""
+    out = []
+    mapped = SharedMappings() if mapped is None else mapped
 
     def read(item):
         return decode(item["desc"], os.path.join(worker.dir, item["file"]), mapped=mapped)
@@ -75,6 +80,7 @@ def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False)
         if want_inputs and "inputs" in t:
             res.inputs = read(t["inputs"])
         out.append(res)
+    mapped.clear()
     return out
 
 
@@ -130,7 +136,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                 dst.write(task_source)
             info = w.request({"op": "load", "role": "reference", "task_path": task_path,
                               "device": cfg.device, "transfer": cfg.transfer_mode,
-                              "init_seed": init_seed, **cfg.load_reserve()},
+                              "init_seed": init_seed, **cfg.load_memory()},
                              cfg.load_timeout_s)
             if not info.get("ok"):
                 what = "build" if info.get("phase") == "init" else "load"  # construct: "init"
@@ -156,9 +162,11 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                     return ReferenceRun(False, f"the reference failed to run: {reply.get('reason')}",
                                         log_tail=w.log_tail())
                 t2 = time.perf_counter()
-                results = decode_trials(w, reply, want_inputs)
+                mapped = SharedMappings()
+                results = decode_trials(w, reply, want_inputs, mapped)
                 phases["build_run_s"] = time.perf_counter() - t1
                 phases["decode_s"] = time.perf_counter() - t2  # the judge's copies of outputs
+                phases["decode_map_s"] = mapped.map_s  # of which mapping worker memory
                 phases.update(worker_breakdown(reply))
             run.phases_s = phases
             run.peak_mem_bytes = reply.get("peak_mem_bytes")
@@ -213,8 +221,8 @@ def _nbytes(obj) -> int:
 
 DETAIL_KEYS = ("warmup_calls", "launch_lead_ms", "spin_ms_median", "spun_calls", "synced_calls",
                "between_calls_ms", "flush_ms", "l2_reset_ms", "launch_bound_calls",
-               "same_address_calls", "allocator_calls", "loop_ms", "overhead_ms_per_call",
-               "sync_latency_ms", "after_stream_gap_ms", "retimed")
+               "same_address_calls", "allocator_calls", "loop_ms", "command_ms",
+               "overhead_ms_per_call", "sync_latency_ms", "after_stream_gap_ms", "retimed")
 
 
 def worker_breakdown(reply: dict) -> dict:

@@ -31,11 +31,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 # ----------------------------------------------------------------------------- worker side
-def encode(obj, fh, depth: int = 0, keep: list | None = None) -> dict:
+def encode(obj, fh, depth: int = 0, keep: list | None = None, pool=None) -> dict:
     """Describe `obj` as JSON-able data, appending tensor bytes to the binary file `fh`.
 
     With `keep` (a list), CUDA tensors are shared through CUDA IPC instead of copied to the host;
-    the worker must keep the listed tensors alive until the judge has copied them.
+    the worker must keep the listed tensors alive until the judge has copied them. `pool`: the
+    memory pool the shared copies come from (cuda_ipc.output_pool; None: the ordinary one).
     """
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
@@ -45,10 +46,10 @@ def encode(obj, fh, depth: int = 0, keep: list | None = None) -> dict:
         if desc["dtype"] not in ALLOWED_DTYPES:
             return {"kind": "other", "type": f"tensor of {desc['dtype']}"}
         if keep is not None and t.is_cuda and t.numel():
-            from kernelzero.eval.cuda_ipc import share
+            from kernelzero.eval.cuda_ipc import copy_to_share, share
             # A copy made in the current stream's order, before any device-wide synchronize (as
             # the host path does): work still running on an unjoined side stream races with it.
-            plain = torch.Tensor.clone(t).as_subclass(torch.Tensor)
+            plain = copy_to_share(torch, t, pool)
             desc["ipc"] = share(plain)
             keep.append(plain)
             return desc
@@ -67,7 +68,7 @@ def encode(obj, fh, depth: int = 0, keep: list | None = None) -> dict:
         return {"kind": "scalar", "type": type(obj).__name__, "value": v}
     if isinstance(obj, (tuple, list)) and depth < MAX_DEPTH:
         return {"kind": "seq", "type": type(obj).__name__,
-                "items": [encode(x, fh, depth + 1, keep) for x in obj]}
+                "items": [encode(x, fh, depth + 1, keep, pool) for x in obj]}
     if obj is None:
         return {"kind": "none"}
     return {"kind": "other", "type": type(obj).__name__}
@@ -78,7 +79,7 @@ class DecodeError(ValueError):
     """The worker's description does not match the allow-list or the bytes it wrote."""
 
 
-def decode(desc, path: str | os.PathLike, _buf: list | None = None, mapped: list | None = None):
+def decode(desc, path: str | os.PathLike, _buf: list | None = None, mapped=None):
     """Rebuild what `encode` described. Tensors come back on the CPU, owning their memory (CUDA
     IPC outputs: in the judge's own GPU memory; `mapped`: see cuda_ipc.open_shared)."""
     if _buf is None:

@@ -80,6 +80,7 @@ def time_calls(worker, cmd: dict) -> dict:
     """The `time` command: `worker` holds the built model, its inputs and the primitives.
     Exceptions propagate (the worker turns them into a failed reply)."""
     torch, prim = worker.torch, worker.primitives
+    t_command = prim["clock"]()
     model = torch.compile(worker.model) if cmd.get("compile") else worker.model
     seeds, checked = cmd["seeds"], set(cmd.get("checked", []))
     min_n, max_n = int(cmd["min_trials"]), min(int(cmd["max_trials"]), len(seeds))
@@ -188,6 +189,9 @@ def time_calls(worker, cmd: dict) -> dict:
             "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
             "sync_latency_ms": latency, "after_stream_gap_ms": gap,
             "calls": n, "loop_ms": loop_ms,
+            # the whole command in the worker (warm-up and calibration too): what the judge's
+            # timing_s holds beyond it is the request's round trip
+            "command_ms": 1e3 * (prim["clock"]() - t_command),
             "overhead_ms_per_call": loop_ms / n - statistics.median(times)}
 
 

@@ -96,6 +96,8 @@ class Worker:
         self._constructed = None  # the init seed `construct` last built the model under
         self._loaded: list[str] = []  # the reference weights the candidate took
         self._keep: list = []   # tensors shared through IPC, alive until the next command
+        self._share_pool = None  # where shared copies are allocated (load's `ipc_pool`): made
+        self._pool_wanted = False  # at the first share, which runs with the judge's GPU lock held
 
     # ------------------------------------------------------------------ inputs
     def make_inputs(self, seed: int, dist: str = "task"):
@@ -209,6 +211,7 @@ class Worker:
             if cmd.get("build_dir"):  # one build cache per candidate source, chosen by the judge
                 os.environ[var] = os.path.join(cmd["build_dir"], sub)
         self.transfer = cmd.get("transfer", "host")
+        self._pool_wanted = self.transfer == "ipc" and bool(cmd.get("ipc_pool"))
         self.role = cmd["role"]
         try:
             self.ref = _import_file(cmd["task_path"], "kz_reference")
@@ -317,9 +320,13 @@ class Worker:
 
     def _write(self, name: str, obj) -> dict:
         from kernelzero.eval.tensorio import encode
+        if self._pool_wanted and self._share_pool is None:  # EvalConfig.ipc_output_pool
+            from kernelzero.eval.cuda_ipc import output_pool
+            self._pool_wanted, self._share_pool = False, output_pool(self.torch)
         path = os.path.join(self.out_dir, name)
         with open(path, "wb") as fh:
-            desc = encode(obj, fh, keep=self._keep if self.transfer == "ipc" else None)
+            desc = encode(obj, fh, keep=self._keep if self.transfer == "ipc" else None,
+                          pool=self._share_pool)
         return {"file": name, "desc": desc}
 
     def run(self, cmd: dict) -> dict:
