@@ -55,11 +55,11 @@ def test_weight_bytes_and_config():
     assert weight_bytes(torch, torch.nn.Linear(4, 2)) == (8 + 2) * 4
     assert weight_bytes(torch, lambda x: x) == 0
     cfg = EvalConfig(load_reserve_factor=2.5, load_reserve_max_mb=10)
-    assert cfg.load_memory() == {"reserve_factor": 2.5, "reserve_max_bytes": 10 << 20,
-                                 "ipc_pool": True}
-    assert EvalConfig(ipc_output_pool=False).load_memory()["ipc_pool"] is False
-    for bad in ({"load_reserve_factor": -1}, {"load_reserve_max_mb": -1}):
-        with pytest.raises(ValueError, match="load_reserve"):
+    assert cfg.load_options() == {"reserve_factor": 2.5, "reserve_max_bytes": 10 << 20,
+                                  "ipc_pool": True, "ipc_min_bytes": 2 << 20}
+    assert EvalConfig(ipc_output_pool=False).load_options()["ipc_pool"] is False
+    for bad in ({"load_reserve_factor": -1}, {"load_reserve_max_mb": -1}, {"ipc_min_bytes": -1}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
             EvalConfig(**bad)
 
 
@@ -126,4 +126,27 @@ def test_shared_outputs_get_allocations_of_their_own(tmp_path, ipc_pool):
         assert all(n <= 20 << 20 for n in sizes), sizes
     else:
         assert all(n >= reply["reserved_bytes"] for n in sizes), sizes
+    w._keep.clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("min_bytes", [0, 16 << 20])
+def test_outputs_under_ipc_min_bytes_go_through_host_memory(tmp_path, min_bytes):
+    """EvalConfig.ipc_min_bytes: an 8 MiB output is shared over CUDA IPC above the threshold and
+    written to host memory, with the right values, under it."""
+    from kernelzero.eval.tensorio import decode
+    torch.cuda.init()
+    torch.zeros(1, device="cuda")
+    w, reply = _load(tmp_path, "cuda", transfer="ipc", ipc_pool=True, ipc_min_bytes=min_bytes)
+    assert reply["ok"] and w.build({"init_seed": 0})["ok"]
+    out = w.run({"trials": [{"seed": 1}]})
+    assert out["ok"], out
+    item = out["trials"][0]["outputs"]
+    shared = min_bytes == 0
+    assert ("ipc" in item["desc"]) is shared and len(w._keep) == int(shared)
+    if not shared:
+        got = decode(item["desc"], tmp_path / item["file"]).tensor
+        with torch.no_grad():
+            expected = w.model(*w.make_inputs(1)).cpu()
+        assert got.device.type == "cpu" and torch.allclose(got, expected, rtol=1e-6, atol=1e-6)
     w._keep.clear()

@@ -64,6 +64,10 @@ class EvalConfig:
     ipc_output_pool: with `ipc`, workers copy the outputs they share into a memory pool of their
         own, each in an allocation sized to it (cuda_ipc.output_pool), so that the judge maps
         output-sized allocations, not the large ones the copies are otherwise cut from.
+    ipc_min_bytes: with `ipc`, output tensors smaller than this go through shared host memory
+        instead: copying them is cheap, while every CUDA IPC mapping is a driver call, which
+        other processes' allocations and frees can hold up (up to 250 ms a reply measured with
+        1.6 MB outputs, docs/perf.md).
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
         from a fork server that imported torch once; see kernelzero/eval/forkserver.py), or
         `auto`: fork on the CPU, spawn on cuda (fork is not yet measured on a GPU).
@@ -98,6 +102,7 @@ class EvalConfig:
     start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
     ipc_output_pool: bool = True
+    ipc_min_bytes: int = 2 << 20
     work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)
     extra_flags: list[str] = field(default_factory=list)
 
@@ -117,7 +122,8 @@ class EvalConfig:
             raise ValueError("EvalConfig.max_library_share must be None or within [0, 1]")
         if self.max_workers < 1:
             raise ValueError("EvalConfig.max_workers must be >= 1")
-        for name in ("spare_reserve_mb", "load_reserve_factor", "load_reserve_max_mb"):
+        for name in ("spare_reserve_mb", "load_reserve_factor", "load_reserve_max_mb",
+                     "ipc_min_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"EvalConfig.{name} must be >= 0")
         if self.spares is not None and self.spares < 0:
@@ -135,11 +141,12 @@ class EvalConfig:
                       "timing_min_trials", "timing_max_trials", "timing_rel_spread",
                       "timing_checked_calls", "compile_baseline", "max_library_share")
 
-    def load_memory(self) -> dict:
-        """The `load` command's memory fields (worker.Worker.reserve, the shared-output pool)."""
+    def load_options(self) -> dict:
+        """The `load` command's memory and output-sharing fields (worker.Worker.reserve,
+        worker.Worker._write)."""
         return {"reserve_factor": self.load_reserve_factor,
                 "reserve_max_bytes": self.load_reserve_max_mb << 20,
-                "ipc_pool": self.ipc_output_pool}
+                "ipc_pool": self.ipc_output_pool, "ipc_min_bytes": self.ipc_min_bytes}
 
     def judging_settings(self) -> dict:
         return {k: getattr(self, k) for k in self.JUDGING_FIELDS}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 
 class SharedMappings:
@@ -29,6 +30,18 @@ class SharedMappings:
     def clear(self) -> None:
         """Unmap (once no other storage of the allocations lives)."""
         self._kept.clear()
+
+
+@dataclass
+class Sharing:
+    """How a worker hands its CUDA outputs to the judge: `keep`, the copies it shares, alive
+    until the judge has copied them; `pool`, where those copies are allocated (`output_pool`;
+    None: the ordinary pool); `min_bytes`, the size under which an output goes through host
+    memory instead (a small device-to-host copy costs microseconds, while mapping even a small
+    allocation is a driver call, which other processes' allocations and frees can hold up)."""
+    keep: list
+    pool: object = None
+    min_bytes: int = 0
 
 
 def output_pool(torch):

@@ -327,7 +327,7 @@ class Evaluator:
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
                                   "transfer": cfg.transfer_mode, "build_dir": str(build),
-                                  "init_seed": 0, **cfg.load_memory()},
+                                  "init_seed": 0, **cfg.load_options()},
                                  cfg.load_timeout_s)
                 phases["load_s"] = time.perf_counter() - t0
                 if info.get("reserved_bytes"):  # reserve.py (a size, not a time)

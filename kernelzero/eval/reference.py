@@ -136,7 +136,7 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                 dst.write(task_source)
             info = w.request({"op": "load", "role": "reference", "task_path": task_path,
                               "device": cfg.device, "transfer": cfg.transfer_mode,
-                              "init_seed": init_seed, **cfg.load_memory()},
+                              "init_seed": init_seed, **cfg.load_options()},
                              cfg.load_timeout_s)
             if not info.get("ok"):
                 what = "build" if info.get("phase") == "init" else "load"  # construct: "init"

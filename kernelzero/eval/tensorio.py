@@ -31,12 +31,12 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 # ----------------------------------------------------------------------------- worker side
-def encode(obj, fh, depth: int = 0, keep: list | None = None, pool=None) -> dict:
+def encode(obj, fh, depth: int = 0, sharing=None) -> dict:
     """Describe `obj` as JSON-able data, appending tensor bytes to the binary file `fh`.
 
-    With `keep` (a list), CUDA tensors are shared through CUDA IPC instead of copied to the host;
-    the worker must keep the listed tensors alive until the judge has copied them. `pool`: the
-    memory pool the shared copies come from (cuda_ipc.output_pool; None: the ordinary one).
+    With `sharing` (a cuda_ipc.Sharing), CUDA tensors of at least `sharing.min_bytes` are
+    shared through CUDA IPC instead of copied to the host; the worker keeps the shared copies
+    (`sharing.keep`) alive until the judge has copied them.
     """
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
@@ -45,13 +45,14 @@ def encode(obj, fh, depth: int = 0, keep: list | None = None, pool=None) -> dict
                 "instance_attrs": sorted(k for k in getattr(obj, "__dict__", {}) if not k.startswith("_kz"))}
         if desc["dtype"] not in ALLOWED_DTYPES:
             return {"kind": "other", "type": f"tensor of {desc['dtype']}"}
-        if keep is not None and t.is_cuda and t.numel():
+        if sharing is not None and t.is_cuda and t.numel() * t.element_size() >= \
+                max(1, sharing.min_bytes):
             from kernelzero.eval.cuda_ipc import copy_to_share, share
             # A copy made in the current stream's order, before any device-wide synchronize (as
             # the host path does): work still running on an unjoined side stream races with it.
-            plain = copy_to_share(torch, t, pool)
+            plain = copy_to_share(torch, t, sharing.pool)
             desc["ipc"] = share(plain)
-            keep.append(plain)
+            sharing.keep.append(plain)
             return desc
         data = torch.Tensor.contiguous(torch.Tensor.cpu(t)) if t.numel() else t.cpu()
         raw = memoryview(data.reshape(-1).view(torch.uint8).numpy()).cast("B") if data.numel() else b""
@@ -68,7 +69,7 @@ def encode(obj, fh, depth: int = 0, keep: list | None = None, pool=None) -> dict
         return {"kind": "scalar", "type": type(obj).__name__, "value": v}
     if isinstance(obj, (tuple, list)) and depth < MAX_DEPTH:
         return {"kind": "seq", "type": type(obj).__name__,
-                "items": [encode(x, fh, depth + 1, keep, pool) for x in obj]}
+                "items": [encode(x, fh, depth + 1, sharing) for x in obj]}
     if obj is None:
         return {"kind": "none"}
     return {"kind": "other", "type": type(obj).__name__}

@@ -98,6 +98,7 @@ class Worker:
         self._keep: list = []   # tensors shared through IPC, alive until the next command
         self._share_pool = None  # where shared copies are allocated (load's `ipc_pool`): made
         self._pool_wanted = False  # at the first share, which runs with the judge's GPU lock held
+        self._ipc_min_bytes = 0  # smaller outputs go through host memory (load's `ipc_min_bytes`)
 
     # ------------------------------------------------------------------ inputs
     def make_inputs(self, seed: int, dist: str = "task"):
@@ -212,6 +213,7 @@ class Worker:
                 os.environ[var] = os.path.join(cmd["build_dir"], sub)
         self.transfer = cmd.get("transfer", "host")
         self._pool_wanted = self.transfer == "ipc" and bool(cmd.get("ipc_pool"))
+        self._ipc_min_bytes = int(cmd.get("ipc_min_bytes", 0))
         self.role = cmd["role"]
         try:
             self.ref = _import_file(cmd["task_path"], "kz_reference")
@@ -319,14 +321,15 @@ class Worker:
             self.torch.cuda.synchronize()
 
     def _write(self, name: str, obj) -> dict:
+        from kernelzero.eval.cuda_ipc import Sharing, output_pool
         from kernelzero.eval.tensorio import encode
         if self._pool_wanted and self._share_pool is None:  # EvalConfig.ipc_output_pool
-            from kernelzero.eval.cuda_ipc import output_pool
             self._pool_wanted, self._share_pool = False, output_pool(self.torch)
+        sharing = Sharing(self._keep, self._share_pool, self._ipc_min_bytes) \
+            if self.transfer == "ipc" else None
         path = os.path.join(self.out_dir, name)
         with open(path, "wb") as fh:
-            desc = encode(obj, fh, keep=self._keep if self.transfer == "ipc" else None,
-                          pool=self._share_pool)
+            desc = encode(obj, fh, sharing=sharing)
         return {"file": name, "desc": desc}
 
     def run(self, cmd: dict) -> dict:
