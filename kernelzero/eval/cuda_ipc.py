@@ -18,11 +18,11 @@ from dataclasses import dataclass
 class SharedMappings:
     """The worker allocations one decode has mapped (see `open_shared`): one storage of each is
     kept until `clear`, which keeps it mapped for the other outputs cut from it. Also the host
-    time spent mapping (`map_s`) and queueing the copies (`copy_s`): diagnostics."""
+    time spent mapping them (`map_s`): diagnostics."""
 
     def __init__(self):
         self._kept: dict = {}  # allocation handle -> a storage of it
-        self.map_s = self.copy_s = 0.0
+        self.map_s = 0.0
 
     def keep(self, handle: str, storage) -> None:
         self._kept.setdefault(handle, storage)
@@ -117,13 +117,12 @@ def open_shared(ipc: dict, shape: list[int], dtype, mapped: SharedMappings | Non
         int(ipc["device"]), _unhex(ipc["handle"]), size_bytes, int(ipc["storage_offset_bytes"]),
         _unhex(ipc["ref_counter_handle"]), int(ipc["ref_counter_offset"]),
         _unhex(ipc["event_handle"]), bool(ipc["event_sync_required"]))
+    if mapped is not None:
+        mapped.map_s += time.perf_counter() - t0
     view = torch.empty(0, dtype=dtype, device=storage.device)
     view.set_(storage, offset, shape, stride)
-    t1 = time.perf_counter()
     copy = view.clone()  # the judge's own memory from here on
     if mapped is not None:
-        mapped.map_s += t1 - t0
-        mapped.copy_s += time.perf_counter() - t1
         mapped.keep(ipc["handle"], storage)
     del view, storage
     return copy

@@ -25,15 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelzero.eval.compare import compare_outputs, warm_up_comparison
+from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.cuda_ipc import SharedMappings
 from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.gpu_lock import gpu_lock_for
-from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
 from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_settled,
-                                       timed_calls, timing_details, worker_breakdown)
+                                       worker_breakdown)
 from kernelzero.eval.reference_cache import ReferenceCache
+from kernelzero.eval.rulings import check_trial, correct_verdict, timed_verdict, worker_status
 from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
                                     reap_pending)
 from kernelzero.eval.solo_gate import SoloGate, out_of_memory
@@ -336,7 +336,7 @@ class Evaluator:
                 if not ref.ok:
                     return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
                 if not info.get("ok"):
-                    return Verdict(status=_status(info.get("status")), backend=backend,
+                    return Verdict(status=worker_status(info.get("status")), backend=backend,
                                    reason=_loading_reason(info), log_tail=w.log_tail())
                 phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
                 t1 = time.perf_counter()
@@ -348,7 +348,7 @@ class Evaluator:
                     t2 = time.perf_counter()
                     info = w.request({"op": "build", "init_seed": 0}, cfg.load_timeout_s)
                     if not info.get("ok"):
-                        return Verdict(status=_status(info.get("status")), backend=backend,
+                        return Verdict(status=worker_status(info.get("status")), backend=backend,
                                        reason=_loading_reason(info), log_tail=w.log_tail())
                     phases["build_s"] = time.perf_counter() - t2
                     phase = "run"
@@ -377,10 +377,11 @@ class Evaluator:
                     with gpu_lock_for(cfg.device, shared=True, what="cand_recheck"):
                         phases["recheck_wait_s"] = time.perf_counter() - t4
                         t4 = time.perf_counter()
-                        v = self._timing(ref, backend, stats, reply, judge_wall_ms, outs)
+                        v = timed_verdict(self.config, self._gpu_name, ref, backend, stats, reply,
+                                          judge_wall_ms, outs)
                         phases["timed_check_s"] = time.perf_counter() - t4
                 elif v is None:
-                    v = self._correct_verdict(backend, None, ref, stats)
+                    v = correct_verdict(backend, None, ref, stats)
                 if v.status == "correct" and self._profiles():
                     phase = "run"
                     with gpu_lock_for(cfg.device, shared=True, what="library_check"):
@@ -418,7 +419,7 @@ class Evaluator:
         phases.update(worker_breakdown(reply))
         t0 = time.perf_counter()
         if not reply.get("ok"):
-            return Verdict(status=_status(reply.get("status")), backend=backend,
+            return Verdict(status=worker_status(reply.get("status")), backend=backend,
                            reason=f"raised during the correctness trials: {reply.get('reason')}"), None
         if cfg.policy == "strict":
             from kernelzero.eval.policy import forbidden_ops
@@ -443,44 +444,13 @@ class Evaluator:
         worst_abs = worst_rel = 0.0
         for n, (t, got) in enumerate(zip(trials, results)):
             exp = ref.trials[t]
-            v = self._check_trial(exp, got, f"trial {n + 1} ({t.dist} inputs)", backend, n)
+            v = check_trial(cfg, exp, got, f"trial {n + 1} ({t.dist} inputs)", backend, n)
             if isinstance(v, Verdict):
                 v.trials_run = len(trials)
                 return v, None
             worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
         phases["check_s"] = time.perf_counter() - t0
         return None, (len(trials), worst_abs, worst_rel)
-
-    def _check_trial(self, exp, got, label: str, backend: str, passed: int):
-        cfg = self.config
-        tol = cfg.tolerance_for
-        if exp.digest and abs(got.digest - exp.digest) > 1e-9 * max(1.0, abs(exp.digest)):
-            return Verdict(status="rejected", backend=backend, trials_passed=passed,
-                           flags=["input_generation_tampered"],
-                           reason=f"{label}: the inputs in the candidate's process differ from the "
-                                  "reference's (input generation was altered)")
-        extra = sorted(set(got.mutated) - set(exp.mutated))
-        if extra:
-            return Verdict(status="incorrect", backend=backend, trials_passed=passed,
-                           flags=["input_mutated"],
-                           reason=f"{label}: the candidate changed input(s) {extra} in place; "
-                                  "the reference does not")
-        cmp = compare_outputs(exp.outputs, got.outputs, tol, cfg.device)
-        if cmp.ok and exp.mutated:
-            if sorted(got.mutated) != sorted(exp.mutated):
-                return Verdict(status="incorrect", backend=backend, trials_passed=passed,
-                               flags=["input_mutation_missing"],
-                               reason=f"{label}: the reference updates input(s) {exp.mutated} in "
-                                      "place, the candidate does not")
-            cmp2 = compare_outputs(exp.inputs_after, got.inputs_after, tol, cfg.device)
-            if not cmp2.ok:
-                cmp = cmp2
-                cmp.reason = "in-place updated input: " + cmp.reason
-        if not cmp.ok:
-            return Verdict(status="incorrect", backend=backend, trials_passed=passed,
-                           flags=cmp.flags, reason=f"{label}: {cmp.reason}",
-                           max_abs_err=cmp.max_abs_err, max_rel_err=cmp.max_rel_err)
-        return cmp.max_abs_err, cmp.max_rel_err
 
     @staticmethod
     def _timed_outputs(w: SandboxWorker, reply: dict, phases: dict) -> dict:
@@ -500,47 +470,6 @@ class Evaluator:
         phases["timed_copy_s"], phases["timed_sync_s"] = t1 - t0, time.perf_counter() - t1
         phases["timed_map_s"] = mapped.map_s
         return outs
-
-    def _timing(self, ref: ReferenceRun, backend: str, stats, reply: dict, judge_wall_ms: float,
-                outputs: dict) -> Verdict:
-        """The verdict from a `time` reply: timed outputs re-checked, times cross-checked against
-        the judge's own clock (`judge_wall_ms`) and the roofline."""
-        if not reply.get("ok"):
-            return Verdict(status=_status(reply.get("status")), backend=backend,
-                           reason=f"raised during the timed calls: {reply.get('reason')}")
-        for idx, exp in ref.timed.items():
-            if idx not in outputs:
-                return Verdict(status="incorrect", backend=backend, flags=["timed_output_missing"],
-                               reason=f"timed call {idx} produced no output to re-check")
-            cmp = compare_outputs(exp.outputs, outputs[idx], self.config.tolerance_for,
-                                  self.config.device)
-            if not cmp.ok:
-                return Verdict(status="incorrect", backend=backend,
-                               flags=cmp.flags + ["timed_output_mismatch"],
-                               reason=f"timed call {idx} (fresh inputs): {cmp.reason}")
-        times = [float(x) for x in reply["times_ms"]]
-        if not times or min(times) < 0 or sum(times) > judge_wall_ms:
-            return Verdict(status="rejected", backend=backend, flags=["timing_inconsistent"],
-                           reason="the reported timings are impossible (their sum exceeds the "
-                                  "wall-clock time the judge measured)")
-        timing = Timing.from_samples(times)
-        # Flagged, not rejected: the two loops' fixed costs differ with their call counts, so
-        # this check is evidence for a human (and a reward that wants it), not a verdict.
-        unconfirmed = unconfirmed_saving(ref, timing, judge_wall_ms, timed_calls(reply, timing))
-        floor = roofline_floor_ms(ref, self._gpu_name)
-        if floor and timing.median_ms < 0.5 * floor:
-            return Verdict(status="rejected", backend=backend, flags=["implausible_speedup"],
-                           runtime_ms=timing, ref_runtime_ms=ref.timing,
-                           reason=f"{timing.median_ms:.4g} ms is under half the time needed just "
-                                  f"to move the task's inputs and outputs ({floor:.4g} ms at the "
-                                  "GPU's memory bandwidth): not a measurement to trust")
-        v = self._correct_verdict(backend, timing, ref, stats)
-        v.timing_details = {"candidate": timing_details(reply), "reference": ref.timing_details}
-        if unconfirmed:
-            v.flags.append("timing_unconfirmed")
-        if reply.get("work_after_stream"):  # its times include that work (see worker.time)
-            v.flags.append("work_after_stream")
-        return v
 
     def _profiles(self) -> bool:
         c = self.config
@@ -564,31 +493,8 @@ class Evaluator:
         v.library_share = share
         return v
 
-    def _correct_verdict(self, backend: str, timing: Timing | None, ref: ReferenceRun,
-                         stats) -> Verdict:
-        n, worst_abs, worst_rel = stats
-        v = Verdict(status="correct", backend=backend, trials_run=n, trials_passed=n,
-                    max_abs_err=worst_abs, max_rel_err=worst_rel,
-                    reason=f"all {n} correctness trials matched the reference "
-                           f"(max abs err {worst_abs:.2g})")
-        if timing is not None:
-            v.runtime_ms, v.ref_runtime_ms = timing, ref.timing
-            if ref.timing and timing.median_ms > 0:
-                v.speedup = ref.timing.median_ms / timing.median_ms
-                v.reason += f"; {timing.median_ms:.4g} ms vs {ref.timing.median_ms:.4g} ms eager " \
-                            f"({v.speedup:.2f}x)"
-            if ref.compile_timing and timing.median_ms > 0:
-                v.ref_compile_runtime_ms = ref.compile_timing
-                v.speedup_compile = ref.compile_timing.median_ms / timing.median_ms
-        return v
-
 
 _GERUND = {"load": "loading", "run": "running", "time": "timing"}
-
-
-def _status(s) -> str:
-    return s if s in ("compile_error", "runtime_error", "format_error", "timeout", "rejected") \
-        else "runtime_error"
 
 
 def _loading_reason(info: dict) -> str:
