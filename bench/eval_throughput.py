@@ -291,11 +291,12 @@ def kernelbench_config(**knobs) -> EvalConfig:
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
                scale: int = 1, warm: bool = False, spares: int | None = None,
                reserve_mb: int = 0, load_reserve_factor: float | None = None,
-               ipc_pool: bool = True, ipc_min_bytes: int | None = None) -> dict:
+               ipc_pool: bool = True, ipc_min_bytes: int | None = None,
+               ipc_arena: bool = True) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
     its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
     knobs = {} if load_reserve_factor is None else {"load_reserve_factor": load_reserve_factor}
-    knobs["ipc_output_pool"] = ipc_pool
+    knobs["ipc_output_pool"], knobs["ipc_arena"] = ipc_pool, ipc_arena
     if ipc_min_bytes is not None:
         knobs["ipc_min_bytes"] = ipc_min_bytes
     cfg = kernelbench_config(transfer=transfer, start_method=start_method, max_workers=workers,
@@ -346,6 +347,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
             "spare_reserve_mb": reserve_mb, "load_reserve_factor": cfg.load_reserve_factor,
             "ipc_output_pool": cfg.ipc_output_pool, "ipc_min_bytes": cfg.ipc_min_bytes,
+            "ipc_arena": cfg.ipc_arena,
             "gc_pauses": pauses.summary(),
             "interpreter_lag": lag.summary(), "timing_round_trip_ms": _round_trips(verdicts),
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
@@ -419,6 +421,9 @@ def main() -> None:
     ap.add_argument("--ipc-min-bytes", type=int, default=None,
                     help="EvalConfig.ipc_min_bytes: smaller outputs go through host memory "
                          "(default: the evaluator's; 0: every CUDA output over IPC)")
+    ap.add_argument("--no-ipc-arena", action="store_true",
+                    help="EvalConfig.ipc_arena=False: each shared output gets an allocation of its "
+                         "own, which the judge maps while it holds the GPU lock")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
     ap.add_argument("--repeat-names", nargs="+", default=None,
@@ -438,7 +443,8 @@ def main() -> None:
                                 scale=scale, warm=clock == "warm", spares=args.spares,
                                 reserve_mb=args.spare_reserve_mb,
                                 load_reserve_factor=args.load_reserve_factor,
-                                ipc_pool=not args.no_ipc_pool, ipc_min_bytes=args.ipc_min_bytes)
+                                ipc_pool=not args.no_ipc_pool, ipc_min_bytes=args.ipc_min_bytes,
+                                ipc_arena=not args.no_ipc_arena)
                 res["throughput_runs"].append(tp)
                 out.write_text(json.dumps(res, indent=2))  # each finished run is kept
                 report_throughput(tp)

@@ -14,6 +14,8 @@
 #   bash bench/run_all_gpu.sh seventh RESULTS_DIR # throughput x1 twice, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
 #   bash bench/run_all_gpu.sh eighth RESULTS_DIR  # x1 three times, x1 without the load reserve, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
 #   bash bench/run_all_gpu.sh ninth RESULTS_DIR   # x1 seven times, alternating without the shared-output pool, GPU tests | adversarial, repeatability
+#   bash bench/run_all_gpu.sh tenth RESULTS_DIR   # x1 six times, alternating without the workers' arenas, GPU tests | adversarial, repeatability
+#   bash bench/run_all_gpu.sh tenth1 RESULTS_DIR  # one GPU, nothing beside: x1 four times, alternating without arenas, then the GPU tests
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
@@ -32,8 +34,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|spread|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|spread|fit|checks|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|spread|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|spread|fit|checks|train RESULTS_DIR}
 mkdir -p "$R/files"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -73,7 +75,7 @@ TP="$PY bench/eval_throughput.py --skip-repeat"
 SM=${KZ_START_METHOD:-auto}
 
 # Every step once: NAME LIMIT_S COMMAND (the parts below put them in lanes).
-S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py tests/test_reserve.py -p no:cacheprovider"
+S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py tests/test_reserve.py tests/test_arena.py -p no:cacheprovider"
 S02="02_adversarial_cuda ${KZ_ADV_LIMIT_S:-340} env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
 S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
 S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
@@ -130,6 +132,18 @@ x1() {  # x1 NAME [ARGS...]: one warm x1 throughput step (30 spares) with extra 
 if [ "$part" = ninth ]; then  # ~7.5 min on 2 GPUs: wall / GPU with and without the shared-output pool, GPU tests | adversarial, repeatability
   two_lanes "$(x1 61_x1_pool); $(x1 62_x1_no_pool --no-ipc-pool); $(x1 63_x1_pool); $(x1 64_x1_no_pool --no-ipc-pool)
     ; $(x1 65_x1_pool); $(x1 66_x1_no_pool --no-ipc-pool); $(x1 67_x1_pool); $S01" "$S02; $S11"
+fi
+
+if [ "$part" = tenth ]; then  # ~8 min on 2 GPUs: wall / GPU with and without the workers' arenas, GPU tests | adversarial, repeatability
+  two_lanes "$(x1 71_x1_arena); $(x1 72_x1_no_arena --no-ipc-arena); $(x1 73_x1_arena); $(x1 74_x1_no_arena --no-ipc-arena)
+    ; $(x1 75_x1_arena); $(x1 76_x1_no_arena --no-ipc-arena); $S01" "$S02; $S11"
+fi
+
+if [ "$part" = tenth1 ]; then  # ~7.5 min on 1 GPU, nothing beside it: x1 four times, alternating without arenas, then the GPU tests
+  for s in "$(x1 81_x1_arena)" "$(x1 82_x1_no_arena --no-ipc-arena)" "$(x1 83_x1_arena)" \
+           "$(x1 84_x1_no_arena --no-ipc-arena)" "$S01"; do
+    eval "CUDA_VISIBLE_DEVICES=0 step $s"
+  done
 fi
 
 if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2

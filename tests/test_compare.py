@@ -80,3 +80,60 @@ def test_shared_mappings_keep_one_storage_per_allocation():
     assert m._kept == {"aa": first, "bb": other}
     m.clear()
     assert m._kept == {} and m.map_s == 0.0
+
+
+def _out(t):
+    return TensorOut(t, "cpu", True, [])
+
+
+def test_compare_many_reads_once_and_keeps_each_pairs_own_first_failure(monkeypatch):
+    from kernelzero.eval import compare
+    r = torch.linspace(1, 2, 64)
+    bad = r.clone()
+    bad[5] = 9.0
+    pairs = [(_out(r), _out(r + 1e-6)),                      # passes
+             (_out(r), _out(bad)),                           # value mismatch at 5
+             (_out(r), _out(r[:10])),                        # shape
+             ((_out(r), _out(r)), (_out(bad), "x")),         # item 0's values come first
+             ((_out(r),), (_out(torch.arange(64)),)),        # dtype
+             (_out(torch.arange(4)), _out(torch.tensor([0, 1, 5, 3])))]  # integers
+    alone = [compare_outputs(a, b, TOL, "cpu") for a, b in pairs]
+    reads = []
+    real = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(1) or real(self))
+    together = compare.compare_many(pairs, TOL, "cpu")
+    assert len(reads) == 1  # every figure of every pair in one transfer
+    assert [(c.ok, c.reason, c.flags) for c in together] == \
+        [(c.ok, c.reason, c.flags) for c in alone]
+    assert [c.ok for c in together] == [True, False, False, False, False, False]
+    assert "flat index 5" in together[3].reason and together[3].flags == ["value_mismatch"]
+    assert "1 of 4 integer values differ" in together[5].reason
+
+
+def test_check_trials_rules_on_the_first_failing_trial():
+    from kernelzero.eval.reference import TrialResult
+    from kernelzero.eval.rulings import check_trials
+    from kernelzero.eval.verdict import Verdict
+    cfg = EvalConfig()
+    r = torch.linspace(1, 2, 32)
+
+    def trial(out, digest=1.0, mutated=(), after=None):
+        return TrialResult(outputs=_out(out), digest=digest, mutated=list(mutated),
+                           inputs_after=after)
+    exp = trial(r)
+    good = [(exp, trial(r + 1e-6), f"trial {n}") for n in range(3)]
+    ok = check_trials(cfg, good, "triton")
+    assert isinstance(ok, tuple) and 0 < ok[0] < 1e-5
+    cases = good[:1] + [(exp, trial(r * 2), "trial 2"), (exp, trial(r, digest=7.0), "trial 3")]
+    v = check_trials(cfg, cases, "triton")
+    assert isinstance(v, Verdict) and v.status == "incorrect" and v.trials_passed == 1
+    assert v.reason.startswith("trial 2: ")
+    v = check_trials(cfg, [good[0], (exp, trial(r, digest=7.0), "trial 2")], "triton")
+    assert v.status == "rejected" and v.flags == ["input_generation_tampered"]
+    # an in-place update: missing, or wrong, is a failure of its own
+    upd = trial(r, mutated=[0], after=[_out(r + 1)])
+    v = check_trials(cfg, [(upd, trial(r), "trial 1")], "triton")
+    assert v.flags == ["input_mutation_missing"]
+    v = check_trials(cfg, [(upd, trial(r, mutated=[0], after=[_out(r)]), "trial 1")], "triton")
+    assert v.status == "incorrect" and "in-place updated input" in v.reason
+    assert check_trials(cfg, [(upd, trial(r, mutated=[0], after=[_out(r + 1)]), "t")], "triton")

@@ -56,7 +56,7 @@ def test_weight_bytes_and_config():
     assert weight_bytes(torch, lambda x: x) == 0
     cfg = EvalConfig(load_reserve_factor=2.5, load_reserve_max_mb=10)
     assert cfg.load_options() == {"reserve_factor": 2.5, "reserve_max_bytes": 10 << 20,
-                                  "ipc_pool": True, "ipc_min_bytes": 2 << 20}
+                                  "ipc_pool": True, "ipc_min_bytes": 2 << 20, "ipc_arena": True}
     assert EvalConfig(ipc_output_pool=False).load_options()["ipc_pool"] is False
     for bad in ({"load_reserve_factor": -1}, {"load_reserve_max_mb": -1}, {"ipc_min_bytes": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):

@@ -32,9 +32,30 @@ class Comparison:
 
 def compare_outputs(ref, cand, tolerance_for, expected_device: str) -> Comparison:
     """`tolerance_for(dtype_name) -> (atol, rtol)`. Both sides come from `tensorio.decode`."""
-    res = Comparison(ok=True)
-    _walk(ref, cand, "output", tolerance_for, expected_device, res)
-    return res
+    return compare_many([(ref, cand)], tolerance_for, expected_device)[0]
+
+
+def compare_many(pairs, tolerance_for, expected_device: str) -> list[Comparison]:
+    """`compare_outputs` of each (ref, cand) pair, with every tensor's figures read from the
+    device in one transfer: each read waits for a GPU that other processes share (up to tens of
+    milliseconds under load), so a reply's trials, or a timing's re-checked calls, are judged
+    with one wait instead of one per tensor. Each pair's first failure, in the order the
+    contract lists, is its reason, exactly as when compared alone."""
+    plans = []
+    for ref, cand in pairs:
+        steps: list = []
+        _walk(ref, cand, "output", tolerance_for, expected_device, steps)
+        plans.append(steps)
+    _read_figures([s for steps in plans for s in steps])
+    results = []
+    for steps in plans:
+        res = Comparison(ok=True)
+        for step in steps:
+            if not res.ok:
+                break
+            step.finish(res)
+        results.append(res)
+    return results
 
 
 def _fail(res: Comparison, reason: str, flag: str) -> None:
@@ -44,35 +65,52 @@ def _fail(res: Comparison, reason: str, flag: str) -> None:
         res.flags.append(flag)
 
 
-def _walk(ref, cand, where, tol, device, res: Comparison) -> None:
-    if not res.ok:
-        return
+class _Failed:
+    """A step whose outcome the host already knows (structure, type, shape, dtype)."""
+    figures = None
+
+    def __init__(self, reason: str, flag: str):
+        self.reason, self.flag = reason, flag
+
+    def finish(self, res: Comparison) -> None:
+        _fail(res, self.reason, self.flag)
+
+
+def _walk(ref, cand, where, tol, device, steps: list) -> None:
+    """Queue the comparison of `cand` with `ref` as steps (host failures end the walk, as the
+    first failure is the reason)."""
     if isinstance(cand, OtherOut):
-        return _fail(res, f"{where} is a {cand.type_name}, not a tensor", "bad_output_type")
+        return steps.append(_Failed(f"{where} is a {cand.type_name}, not a tensor",
+                                    "bad_output_type"))
     if isinstance(ref, (tuple, list)):
         if not isinstance(cand, (tuple, list)):
-            return _fail(res, f"{where} should be a sequence of {len(ref)} items", "bad_structure")
+            return steps.append(_Failed(f"{where} should be a sequence of {len(ref)} items",
+                                        "bad_structure"))
         if len(ref) != len(cand):
-            return _fail(res, f"{where} has {len(cand)} items, the reference has {len(ref)}",
-                         "bad_structure")
+            return steps.append(_Failed(f"{where} has {len(cand)} items, the reference has "
+                                        f"{len(ref)}", "bad_structure"))
         for i, (r, c) in enumerate(zip(ref, cand)):
-            _walk(r, c, f"{where}[{i}]", tol, device, res)
+            n = len(steps)
+            _walk(r, c, f"{where}[{i}]", tol, device, steps)
+            if any(isinstance(s, _Failed) for s in steps[n:]):
+                return
         return
     if isinstance(ref, TensorOut):
         if not isinstance(cand, TensorOut):
-            return _fail(res, f"{where} should be a tensor, got {type(cand).__name__}",
-                         "bad_output_type")
-        return _compare_tensor_anywhere(ref, cand, where, tol, device, res)
+            return steps.append(_Failed(f"{where} should be a tensor, got "
+                                        f"{type(cand).__name__}", "bad_output_type"))
+        return _compare_tensor_anywhere(ref, cand, where, tol, device, steps)
     if ref is None:
         if cand is not None:
-            _fail(res, f"{where} should be None", "bad_structure")
+            steps.append(_Failed(f"{where} should be None", "bad_structure"))
         return
     # Python scalar
     if isinstance(cand, TensorOut) or isinstance(cand, (tuple, list)) or cand is None:
-        return _fail(res, f"{where} should be a Python scalar", "bad_output_type")
+        return steps.append(_Failed(f"{where} should be a Python scalar", "bad_output_type"))
     atol, rtol = tol("float32")
     if not _close_scalar(float(ref), float(cand), atol, rtol):
-        _fail(res, f"{where} is {cand!r}, the reference gives {ref!r}", "value_mismatch")
+        steps.append(_Failed(f"{where} is {cand!r}, the reference gives {ref!r}",
+                             "value_mismatch"))
 
 
 def _close_scalar(r: float, c: float, atol: float, rtol: float) -> bool:
@@ -81,81 +119,130 @@ def _close_scalar(r: float, c: float, atol: float, rtol: float) -> bool:
     return abs(c - r) <= atol + rtol * abs(r)
 
 
-def _compare_tensor_anywhere(ref: TensorOut, cand: TensorOut, where, tol, device, res) -> None:
+def _compare_tensor_anywhere(ref: TensorOut, cand: TensorOut, where, tol, device, steps) -> None:
     """Compare on the tensors' device; if the GPU is out of memory (other workers hold it), on
     host copies instead: a full GPU must never turn into a verdict, nor break the judge."""
+    n = len(steps)
     try:
-        return _compare_tensor(ref, cand, where, tol, device, res)
+        return _compare_tensor(ref, cand, where, tol, device, steps)
     except torch.OutOfMemoryError:
+        del steps[n:]
         torch.cuda.empty_cache()
     host = [TensorOut(x.tensor.cpu(), x.device, x.exact_type, x.instance_attrs) for x in (ref, cand)]
-    return _compare_tensor(host[0], host[1], where, tol, device, res)
+    return _compare_tensor(host[0], host[1], where, tol, device, steps)
 
 
-def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, res: Comparison) -> None:
+def _compare_tensor(ref: TensorOut, cand: TensorOut, where, tol, device, steps: list) -> None:
     r, c = ref.tensor, cand.tensor
     if not cand.exact_type:
-        return _fail(res, f"{where} is a tensor subclass; an exact torch.Tensor is required",
-                     "tensor_subclass")
+        return steps.append(_Failed(f"{where} is a tensor subclass; an exact torch.Tensor is "
+                                    "required", "tensor_subclass"))
     if cand.instance_attrs:
-        return _fail(res, f"{where} carries per-instance attributes "
-                          f"({', '.join(cand.instance_attrs[:3])})", "instance_override")
+        return steps.append(_Failed(f"{where} carries per-instance attributes "
+                                    f"({', '.join(cand.instance_attrs[:3])})", "instance_override"))
     if cand.device != device:
-        return _fail(res, f"{where} is on {cand.device}, expected {device}", "wrong_device")
+        return steps.append(_Failed(f"{where} is on {cand.device}, expected {device}",
+                                    "wrong_device"))
     if tuple(c.shape) != tuple(r.shape):
-        return _fail(res, f"{where} has shape {tuple(c.shape)}, the reference {tuple(r.shape)}",
-                     "shape_mismatch")
+        return steps.append(_Failed(f"{where} has shape {tuple(c.shape)}, the reference "
+                                    f"{tuple(r.shape)}", "shape_mismatch"))
     if c.dtype != r.dtype:
-        return _fail(res, f"{where} has dtype {str(c.dtype)[6:]}, the reference "
-                          f"{str(r.dtype)[6:]}", "dtype_mismatch")
+        return steps.append(_Failed(f"{where} has dtype {str(c.dtype)[6:]}, the reference "
+                                    f"{str(r.dtype)[6:]}", "dtype_mismatch"))
     if not (r.is_floating_point() or r.is_complex()):
-        if not torch.equal(r, c):
-            n = int((r != c).sum())
-            _fail(res, f"{where}: {n} of {r.numel()} integer values differ", "value_mismatch")
-        return
+        return steps.append(_ExactStep(r, c, where))
     if r.numel() == 0:
         return
-    # float32 arithmetic is exact enough to judge tolerances >= 1e-7 and several times faster
-    # than float64 on large outputs; float64/complex outputs keep their precision.
-    wide = torch.float64 if r.dtype == torch.float64 else torch.float32
-    if r.is_complex():
-        r_, c_ = torch.view_as_real(r).to(wide), torch.view_as_real(c).to(wide)
-    else:
-        r_, c_ = r.to(wide), c.to(wide)
-    atol, rtol = tol(str(r.dtype).removeprefix("torch."))
-    # Everything is computed on the device and read in one transfer (each transfer waits for a
-    # GPU that other processes share): whether both sides are finite (max propagates NaN and
-    # Inf) and the error figures, which are only used when both are.
-    finite = torch.stack([r_.abs().amax(), c_.abs().amax()]).isfinite().to(wide)
-    all_fin, c_all_fin, *figures = torch.cat([finite, _error_figures(r_, c_, atol, rtol)]).tolist()
-    if not all_fin or not c_all_fin:
-        r_fin, c_fin = torch.isfinite(r_), torch.isfinite(c_)
-        bad_fin = r_fin & ~c_fin
-        if bool(bad_fin.any()):
-            return _fail(res, f"{where} has {int(bad_fin.sum())} NaN/Inf values where the reference "
-                              "is finite", "non_finite")
-        # Non-finite reference positions must be matched exactly (same NaN / same signed Inf).
-        nf = ~r_fin
-        same = (torch.isnan(r_) & torch.isnan(c_)) | (r_ == c_)
-        if not bool(same[nf].all()):
-            return _fail(res, f"{where} differs where the reference is NaN/Inf", "value_mismatch")
-        r_, c_ = r_[r_fin], c_[r_fin]
-        figures = _error_figures(r_, c_, atol, rtol).tolist()
-    atol, max_abs, excess, ref_norm, err_norm, max_rel = figures
-    res.max_abs_err = max(res.max_abs_err, max_abs)
-    res.max_rel_err = max(res.max_rel_err, max_rel)
-    if excess > 0:
-        bad = (c_ - r_).abs_() > r_.abs().mul_(rtol).add_(atol)  # slow path: only on failure
-        idx = int(torch.nonzero(bad.reshape(-1))[0])
-        return _fail(res, f"{where}: {int(bad.sum())} of {r.numel()} values exceed the tolerance "
-                          f"(max abs err {max_abs:.3g}, atol {atol:g}, rtol {rtol:g}; first at "
-                          f"flat index {idx})", "value_mismatch")
-    if ref_norm > 0:
-        rel_norm = err_norm / ref_norm
-        if rel_norm > rtol:
-            _fail(res, f"{where}: relative error norm {rel_norm:.3g} exceeds {rtol:g} "
-                       "(the output is wrong relative to the reference's magnitude)",
-                  "relative_norm_mismatch")
+    steps.append(_CloseStep(r, c, where, tol))
+
+
+class _ExactStep:
+    """Integer and bool outputs: the count of differing values, read with the others."""
+
+    def __init__(self, r, c, where):
+        self.r, self.where = r, where
+        self.figures = (r != c).sum().to(torch.float64).reshape(1)
+
+    def finish(self, res: Comparison) -> None:
+        n = int(self.values[0])
+        if n:
+            _fail(res, f"{self.where}: {n} of {self.r.numel()} integer values differ",
+                  "value_mismatch")
+
+
+class _CloseStep:
+    """Float and complex outputs: whether both sides are finite (max propagates NaN and Inf) and
+    the error figures, queued on the tensors' device and read with the others; the error
+    figures are only used when both are finite (else recomputed on the finite positions)."""
+
+    def __init__(self, r, c, where, tol):
+        # float32 arithmetic is exact enough to judge tolerances >= 1e-7 and several times
+        # faster than float64 on large outputs; float64/complex outputs keep their precision.
+        wide = torch.float64 if r.dtype == torch.float64 else torch.float32
+        if r.is_complex():
+            r_, c_ = torch.view_as_real(r).to(wide), torch.view_as_real(c).to(wide)
+        else:
+            r_, c_ = r.to(wide), c.to(wide)
+        self.r, self.r_, self.c_, self.where, self.wide = r, r_, c_, where, wide
+        self.atol, self.rtol = tol(str(r.dtype).removeprefix("torch."))
+        finite = torch.stack([r_.abs().amax(), c_.abs().amax()]).isfinite().to(wide)
+        self.figures = torch.cat([finite, _error_figures(r_, c_, self.atol, self.rtol)])
+
+    def finish(self, res: Comparison) -> None:
+        try:
+            return self._finish(res)
+        except torch.OutOfMemoryError:  # the slow paths below allocate: judged on host copies
+            torch.cuda.empty_cache()
+        self.r_, self.c_ = self.r_.cpu(), self.c_.cpu()
+        self._finish(res)
+
+    def _finish(self, res: Comparison) -> None:
+        r_, c_, where, rtol = self.r_, self.c_, self.where, self.rtol
+        all_fin, c_all_fin, *figures = self.values
+        if not all_fin or not c_all_fin:
+            r_fin, c_fin = torch.isfinite(r_), torch.isfinite(c_)
+            bad_fin = r_fin & ~c_fin
+            if bool(bad_fin.any()):
+                return _fail(res, f"{where} has {int(bad_fin.sum())} NaN/Inf values where the "
+                                  "reference is finite", "non_finite")
+            # Non-finite reference positions must be matched exactly (same NaN / same signed Inf).
+            nf = ~r_fin
+            same = (torch.isnan(r_) & torch.isnan(c_)) | (r_ == c_)
+            if not bool(same[nf].all()):
+                return _fail(res, f"{where} differs where the reference is NaN/Inf",
+                             "value_mismatch")
+            r_, c_ = r_[r_fin], c_[r_fin]
+            figures = _error_figures(r_, c_, self.atol, rtol).tolist()
+        atol, max_abs, excess, ref_norm, err_norm, max_rel = figures
+        res.max_abs_err = max(res.max_abs_err, max_abs)
+        res.max_rel_err = max(res.max_rel_err, max_rel)
+        if excess > 0:
+            bad = (c_ - r_).abs_() > r_.abs().mul_(rtol).add_(atol)  # slow path: only on failure
+            idx = int(torch.nonzero(bad.reshape(-1))[0])
+            return _fail(res, f"{where}: {int(bad.sum())} of {self.r.numel()} values exceed the "
+                              f"tolerance (max abs err {max_abs:.3g}, atol {atol:g}, rtol "
+                              f"{rtol:g}; first at flat index {idx})", "value_mismatch")
+        if ref_norm > 0:
+            rel_norm = err_norm / ref_norm
+            if rel_norm > rtol:
+                _fail(res, f"{where}: relative error norm {rel_norm:.3g} exceeds {rtol:g} "
+                           "(the output is wrong relative to the reference's magnitude)",
+                      "relative_norm_mismatch")
+
+
+def _read_figures(steps: list) -> None:
+    """Every queued step's figures, one transfer per device (`step.values`, a list)."""
+    by_device: dict = {}
+    for s in steps:
+        if s.figures is not None:
+            by_device.setdefault(s.figures.device, []).append(s)
+    for group in by_device.values():
+        flat = torch.cat([s.figures.to(torch.float64) for s in group]).tolist()
+        at = 0
+        for s in group:
+            n = s.figures.numel()
+            s.values, at = flat[at:at + n], at + n
+            s.figures = None
 
 
 def _error_figures(r_, c_, atol: float, rtol: float):

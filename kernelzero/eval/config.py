@@ -68,6 +68,11 @@ class EvalConfig:
         instead: copying them is cheap, while every CUDA IPC mapping is a driver call, which
         other processes' allocations and frees can hold up (up to 250 ms a reply measured with
         1.6 MB outputs, docs/perf.md).
+    ipc_arena: with `ipc`, each worker copies the outputs it shares into one allocation (its
+        arena, cuda_ipc.Arena) which the judge maps once: a candidate's is sized from the
+        reference's outputs and mapped before the GPU lock is taken, so no mapping is left
+        inside the lock's holds (the timed calls' re-checked outputs included); a reference's
+        is made at its first output. Outputs that do not fit get allocations of their own.
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
         from a fork server that imported torch once; see kernelzero/eval/forkserver.py), or
         `auto`: fork on the CPU, spawn on cuda (fork is not yet measured on a GPU).
@@ -103,6 +108,7 @@ class EvalConfig:
     transfer: Literal["auto", "ipc", "host"] = "auto"
     ipc_output_pool: bool = True
     ipc_min_bytes: int = 2 << 20
+    ipc_arena: bool = True
     work_dir: str | None = None  # where worker temp dirs and build caches go (default: system tmp)
     extra_flags: list[str] = field(default_factory=list)
 
@@ -146,7 +152,8 @@ class EvalConfig:
         worker.Worker._write)."""
         return {"reserve_factor": self.load_reserve_factor,
                 "reserve_max_bytes": self.load_reserve_max_mb << 20,
-                "ipc_pool": self.ipc_output_pool, "ipc_min_bytes": self.ipc_min_bytes}
+                "ipc_pool": self.ipc_output_pool, "ipc_min_bytes": self.ipc_min_bytes,
+                "ipc_arena": self.ipc_arena}
 
     def judging_settings(self) -> dict:
         return {k: getattr(self, k) for k in self.JUDGING_FIELDS}

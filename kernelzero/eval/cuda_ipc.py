@@ -38,10 +38,81 @@ class Sharing:
     until the judge has copied them; `pool`, where those copies are allocated (`output_pool`;
     None: the ordinary pool); `min_bytes`, the size under which an output goes through host
     memory instead (a small device-to-host copy costs microseconds, while mapping even a small
-    allocation is a driver call, which other processes' allocations and frees can hold up)."""
+    allocation is a driver call, which other processes' allocations and frees can hold up);
+    `arena`, the worker's `Arena`, tried before a copy of its own (None: none)."""
     keep: list
     pool: object = None
     min_bytes: int = 0
+    arena: "Arena | None" = None
+
+
+ARENA_ALIGN = 512  # bytes: every slice of an arena starts at a multiple of this
+
+
+def aligned(nbytes: int) -> int:
+    return -(-int(nbytes) // ARENA_ALIGN) * ARENA_ALIGN
+
+
+class Arena:
+    """One allocation a worker shares with the judge once, into which it copies the outputs it
+    shares (a slice each, in stream order) instead of giving each its own allocation.
+
+    Why: every allocation the judge maps is a driver call, and under load those calls take
+    tens to hundreds of milliseconds (docs/perf.md, ninth session); when they happen inside a
+    GPU-lock hold, every timing waits for them. A candidate's arena is sized from the
+    reference's outputs and mapped by the judge before it takes the GPU lock (the `arena`
+    command, Evaluator._map_arena), so its trials' and timed calls' outputs are then read
+    without any mapping. A reference's arena is made at its first shared output (its size is
+    only known then), so the judge maps it once per reply instead of once per output.
+
+    Slices are handed out from the start again at every command (`reset`): by then the judge
+    has copied everything the last command shared. An output that does not fit falls back to
+    an allocation of its own."""
+
+    def __init__(self, buf):
+        self.buf = buf  # a 1-D uint8 tensor
+        self.used = 0
+
+    @classmethod
+    def allocate(cls, torch, nbytes: int, pool):
+        """An arena of `nbytes` in `pool` (its own segment: the judge maps exactly it), or None
+        when the memory is not there (outputs then get allocations of their own)."""
+        try:
+            if pool is not None:
+                with torch.cuda.use_mem_pool(pool):
+                    buf = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
+            else:
+                buf = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
+        except (torch.OutOfMemoryError, RuntimeError):
+            return None
+        return cls(buf)
+
+    def place(self, torch, t):
+        """A contiguous copy of `t` in the next free slice (queued on the current stream), or
+        None when it does not fit."""
+        n = t.numel() * t.element_size()
+        start = aligned(self.used)
+        if n == 0 or start + n > self.buf.numel():
+            return None
+        view = self.buf[start:start + n].view(t.dtype).view(t.shape)
+        torch.Tensor.copy_(view, t)
+        self.used = start + n
+        return view
+
+    def reset(self) -> None:
+        self.used = 0
+
+
+def shared_bytes(obj, min_bytes: int, depth: int = 0) -> int:
+    """The arena bytes one output tree takes: each tensor of at least `min_bytes` (`TensorOut`s
+    on the judge's side, CUDA tensors on the worker's), aligned as `Arena.place` aligns it."""
+    t = getattr(obj, "tensor", obj)
+    if getattr(t, "is_cuda", False) is True:
+        n = t.numel() * t.element_size()
+        return aligned(n) if n and n >= max(1, min_bytes) else 0
+    if isinstance(obj, (tuple, list)) and depth < 4:
+        return sum(shared_bytes(x, min_bytes, depth + 1) for x in obj)
+    return 0
 
 
 def output_pool(torch):
@@ -70,7 +141,10 @@ def copy_to_share(torch, t, pool):
     return torch.Tensor.clone(t).as_subclass(torch.Tensor)
 
 
-def share(t) -> dict:
+def share(t, event: bool = True) -> dict:
+    """`event=False` for a slice of an arena: PyTorch records a storage's IPC event once, at its
+    first sharing, so it says nothing about later copies into the arena; the worker synchronizes
+    before it replies, and the judge then skips opening the event (a driver call)."""
     import torch
     storage = t.untyped_storage()
     (device, handle, size_bytes, offset_bytes, rc_handle, rc_offset, ev_handle,
@@ -78,7 +152,7 @@ def share(t) -> dict:
     return {"device": int(device), "handle": _hex(handle), "size_bytes": int(size_bytes),
             "storage_offset_bytes": int(offset_bytes), "ref_counter_handle": _hex(rc_handle),
             "ref_counter_offset": int(rc_offset), "event_handle": _hex(ev_handle),
-            "event_sync_required": bool(ev_sync), "offset": int(t.storage_offset()),
+            "event_sync_required": bool(ev_sync) and event, "offset": int(t.storage_offset()),
             "stride": [int(s) for s in t.stride()], "itemsize": t.element_size(),
             "torch": torch.__version__}
 
@@ -111,12 +185,8 @@ def open_shared(ipc: dict, shape: list[int], dtype, mapped: SharedMappings | Non
             raise ValueError("shared tensor exceeds its allocation")
     if numel == 0 or size_bytes == 0:
         return torch.empty(shape, dtype=dtype, device="cuda")
-    torch.cuda._lazy_init()
     t0 = time.perf_counter()
-    storage = torch.UntypedStorage._new_shared_cuda(
-        int(ipc["device"]), _unhex(ipc["handle"]), size_bytes, int(ipc["storage_offset_bytes"]),
-        _unhex(ipc["ref_counter_handle"]), int(ipc["ref_counter_offset"]),
-        _unhex(ipc["event_handle"]), bool(ipc["event_sync_required"]))
+    storage = _open_storage(torch, ipc, size_bytes)
     if mapped is not None:
         mapped.map_s += time.perf_counter() - t0
     view = torch.empty(0, dtype=dtype, device=storage.device)
@@ -126,3 +196,23 @@ def open_shared(ipc: dict, shape: list[int], dtype, mapped: SharedMappings | Non
         mapped.keep(ipc["handle"], storage)
     del view, storage
     return copy
+
+
+def _open_storage(torch, ipc: dict, size_bytes: int):
+    torch.cuda._lazy_init()
+    return torch.UntypedStorage._new_shared_cuda(
+        int(ipc["device"]), _unhex(ipc["handle"]), size_bytes, int(ipc["storage_offset_bytes"]),
+        _unhex(ipc["ref_counter_handle"]), int(ipc["ref_counter_offset"]),
+        _unhex(ipc["event_handle"]), bool(ipc["event_sync_required"]))
+
+
+def hold_arena(ipc: dict):
+    """Map a worker's arena (its `share` description) and return a storage of it: while the
+    caller keeps that storage, PyTorch keeps the allocation mapped, and `open_shared` finds the
+    mapping instead of making one. Raises ValueError on a malformed description."""
+    import torch
+    size_bytes = ipc.get("size_bytes") if isinstance(ipc, dict) else None
+    if not (isinstance(size_bytes, int) and size_bytes > 0 and isinstance(ipc.get("handle"), str)
+            and isinstance(ipc.get("storage_offset_bytes"), int)):
+        raise ValueError("arena description is malformed")
+    return _open_storage(torch, ipc, size_bytes)

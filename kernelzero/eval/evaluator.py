@@ -27,13 +27,13 @@ from pathlib import Path
 
 from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.cuda_ipc import SharedMappings
+from kernelzero.eval.cuda_ipc import SharedMappings, hold_arena, shared_bytes
 from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_settled,
                                        worker_breakdown)
 from kernelzero.eval.reference_cache import ReferenceCache
-from kernelzero.eval.rulings import check_trial, correct_verdict, timed_verdict, worker_status
+from kernelzero.eval.rulings import check_trials, correct_verdict, timed_verdict, worker_status
 from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
                                     reap_pending)
 from kernelzero.eval.solo_gate import SoloGate, out_of_memory
@@ -320,6 +320,7 @@ class Evaluator:
             task_path = os.path.join(w.dir, f"task_{task.hash}.py")
             Path(task_path).write_text(task.source, encoding="utf-8")
             phase = "load"
+            arena = SharedMappings()  # the worker's arena, mapped while it is judged
             # take_s: waiting for a worker (seconds when no spare was ready and one had to start)
             phases: dict[str, float] = {"take_s": time.perf_counter() - t_take}
             try:
@@ -339,6 +340,7 @@ class Evaluator:
                     return Verdict(status=worker_status(info.get("status")), backend=backend,
                                    reason=_loading_reason(info), log_tail=w.log_tail())
                 phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
+                self._map_arena(w, ref, phases, arena)
                 t1 = time.perf_counter()
                 # Moving the model (constructed on the CPU while loading) to the GPU and the
                 # correctness trials run alongside other candidates' (shared lock); the timing
@@ -406,7 +408,31 @@ class Evaluator:
                 return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                                reason=f"the candidate's outputs could not be read: {e}")
             finally:
+                arena.clear()  # unmapped before the worker is killed
                 self._live.discard(w)
+
+    def _map_arena(self, w: SandboxWorker, ref: ReferenceRun, phases: dict,
+                   arena: SharedMappings) -> None:
+        """Have the worker allocate its arena (cuda_ipc.Arena), room for the trials' outputs
+        sized from the reference's, and map it now, before the GPU lock is taken; `arena` keeps
+        it mapped until it is cleared. Without one, outputs travel as they otherwise would."""
+        cfg = self.config
+        if not (cfg.ipc_arena and cfg.device == "cuda" and cfg.transfer_mode == "ipc"):
+            return
+        per_call = max((shared_bytes(r.outputs, cfg.ipc_min_bytes) for r in
+                        [*ref.trials.values(), *ref.timed.values()]), default=0)
+        slots = max(len(ref.trials), len(ref.schedule.checked) if ref.schedule else 0)
+        if not per_call:
+            return
+        t0 = time.perf_counter()
+        reply = w.request({"op": "arena", "bytes": per_call * slots}, cfg.load_timeout_s)
+        if not reply.get("ok"):
+            return
+        try:
+            arena.keep(reply["ipc"]["handle"], hold_arena(reply["ipc"]))
+        except (ValueError, TypeError, KeyError, RuntimeError):
+            return  # the candidate's process broke it: its outputs will say so
+        phases["arena_map_s"] = time.perf_counter() - t0
 
     def _correctness(self, w: SandboxWorker, ref: ReferenceRun, backend: str, phases: dict):
         """(failing verdict, None), or (None, (trials, max abs err, max rel err)) when all matched."""
@@ -441,16 +467,13 @@ class Evaluator:
         if len(results) != len(trials):
             return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                            reason="the candidate process returned the wrong number of trials"), None
-        worst_abs = worst_rel = 0.0
-        for n, (t, got) in enumerate(zip(trials, results)):
-            exp = ref.trials[t]
-            v = check_trial(cfg, exp, got, f"trial {n + 1} ({t.dist} inputs)", backend, n)
-            if isinstance(v, Verdict):
-                v.trials_run = len(trials)
-                return v, None
-            worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
+        v = check_trials(cfg, [(ref.trials[t], got, f"trial {n + 1} ({t.dist} inputs)")
+                               for n, (t, got) in enumerate(zip(trials, results))], backend)
+        if isinstance(v, Verdict):
+            v.trials_run = len(trials)
+            return v, None
         phases["check_s"] = time.perf_counter() - t0
-        return None, (len(trials), worst_abs, worst_rel)
+        return None, (len(trials), *v)
 
     @staticmethod
     def _timed_outputs(w: SandboxWorker, reply: dict, phases: dict) -> dict:

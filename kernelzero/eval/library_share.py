@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from kernelzero.eval.failures import one_line
+
 # cuBLAS / cuBLASLt (incl. Hopper `nvjet` and `xmma` GEMMs, sgemm/gemv families, split-K reduce),
 # cuDNN (namespaced kernels, implicit-GEMM and FFT/Winograd convolutions) and the library-built
 # CUTLASS kernels they ship (`cutlass_80_...`, `cutlass__5x_cudnn_...`).
@@ -59,8 +61,7 @@ class KernelProfile:
             self.prof = profile(activities=[ProfilerActivity.CUDA])
             self.prof.__enter__()
         except Exception as e:  # noqa: BLE001
-            from kernelzero.eval.worker import _one_line
-            self.prof, self.reply["profile_error"] = None, _one_line(e)
+            self.prof, self.reply["profile_error"] = None, one_line(e)
         return self
 
     def __exit__(self, *exc):
@@ -77,6 +78,5 @@ class KernelProfile:
             top = sorted(totals.items(), key=lambda kv: -kv[1])[:200]
             self.reply["kernels"] = [[n[:200], t] for n, t in top]
         except Exception as e:  # noqa: BLE001
-            from kernelzero.eval.worker import _one_line
-            self.reply["profile_error"] = _one_line(e)
+            self.reply["profile_error"] = one_line(e)
         return False

@@ -4,16 +4,38 @@ of a candidate that passed. Pure functions of that evidence and the configuratio
 evaluator (evaluator.py) gathers the evidence."""
 from __future__ import annotations
 
-from kernelzero.eval.compare import compare_outputs
+from kernelzero.eval.compare import compare_many
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
 from kernelzero.eval.reference import ReferenceRun, timed_calls, timing_details
 from kernelzero.eval.verdict import Timing, Verdict
 
 
-def check_trial(cfg: EvalConfig, exp, got, label: str, backend: str, passed: int):
-    """A failing verdict for one correctness trial, or its (max abs err, max rel err)."""
-    tol = cfg.tolerance_for
+def check_trials(cfg: EvalConfig, cases: list, backend: str):
+    """The first failing verdict among a reply's correctness trials (`cases`: (reference's
+    TrialResult, candidate's, label) in trial order), or their worst (max abs err, max rel err).
+    Every comparison is queued first and read in one transfer (compare.compare_many)."""
+    pairs, at = [], []  # at: per trial, where its outputs' and updated inputs' pairs are
+    for exp, got, _ in cases:
+        j, k = len(pairs), None
+        pairs.append((exp.outputs, got.outputs))
+        if exp.mutated and sorted(got.mutated) == sorted(exp.mutated):
+            k = len(pairs)
+            pairs.append((exp.inputs_after, got.inputs_after))
+        at.append((j, k))
+    cmps = compare_many(pairs, cfg.tolerance_for, cfg.device)
+    worst_abs = worst_rel = 0.0
+    for n, ((exp, got, label), (j, k)) in enumerate(zip(cases, at)):
+        v = _trial_ruling(exp, got, label, backend, n, cmps[j], None if k is None else cmps[k])
+        if isinstance(v, Verdict):
+            return v
+        worst_abs, worst_rel = max(worst_abs, v[0]), max(worst_rel, v[1])
+    return worst_abs, worst_rel
+
+
+def _trial_ruling(exp, got, label: str, backend: str, passed: int, cmp, cmp_inputs):
+    """One trial: a failing verdict, or its (max abs err, max rel err). `cmp` compares the
+    outputs, `cmp_inputs` the inputs it updated in place (None unless both updated the same)."""
     if exp.digest and abs(got.digest - exp.digest) > 1e-9 * max(1.0, abs(exp.digest)):
         return Verdict(status="rejected", backend=backend, trials_passed=passed,
                        flags=["input_generation_tampered"],
@@ -25,16 +47,14 @@ def check_trial(cfg: EvalConfig, exp, got, label: str, backend: str, passed: int
                        flags=["input_mutated"],
                        reason=f"{label}: the candidate changed input(s) {extra} in place; "
                               "the reference does not")
-    cmp = compare_outputs(exp.outputs, got.outputs, tol, cfg.device)
     if cmp.ok and exp.mutated:
-        if sorted(got.mutated) != sorted(exp.mutated):
+        if cmp_inputs is None:
             return Verdict(status="incorrect", backend=backend, trials_passed=passed,
                            flags=["input_mutation_missing"],
                            reason=f"{label}: the reference updates input(s) {exp.mutated} in "
                                   "place, the candidate does not")
-        cmp2 = compare_outputs(exp.inputs_after, got.inputs_after, tol, cfg.device)
-        if not cmp2.ok:
-            cmp = cmp2
+        if not cmp_inputs.ok:
+            cmp = cmp_inputs
             cmp.reason = "in-place updated input: " + cmp.reason
     if not cmp.ok:
         return Verdict(status="incorrect", backend=backend, trials_passed=passed,
@@ -50,11 +70,13 @@ def timed_verdict(cfg: EvalConfig, gpu_name: str | None, ref: ReferenceRun, back
     if not reply.get("ok"):
         return Verdict(status=worker_status(reply.get("status")), backend=backend,
                        reason=f"raised during the timed calls: {reply.get('reason')}")
-    for idx, exp in ref.timed.items():
+    for idx in ref.timed:
         if idx not in outputs:
             return Verdict(status="incorrect", backend=backend, flags=["timed_output_missing"],
                            reason=f"timed call {idx} produced no output to re-check")
-        cmp = compare_outputs(exp.outputs, outputs[idx], cfg.tolerance_for, cfg.device)
+    cmps = compare_many([(exp.outputs, outputs[idx]) for idx, exp in ref.timed.items()],
+                        cfg.tolerance_for, cfg.device)  # read in one transfer
+    for idx, cmp in zip(ref.timed, cmps):
         if not cmp.ok:
             return Verdict(status="incorrect", backend=backend,
                            flags=cmp.flags + ["timed_output_mismatch"],

@@ -35,8 +35,9 @@ def encode(obj, fh, depth: int = 0, sharing=None) -> dict:
     """Describe `obj` as JSON-able data, appending tensor bytes to the binary file `fh`.
 
     With `sharing` (a cuda_ipc.Sharing), CUDA tensors of at least `sharing.min_bytes` are
-    shared through CUDA IPC instead of copied to the host; the worker keeps the shared copies
-    (`sharing.keep`) alive until the judge has copied them.
+    shared through CUDA IPC instead of copied to the host: copied into the worker's arena where
+    they fit, else into allocations of their own, which the worker keeps (`sharing.keep`) alive
+    until the judge has copied them.
     """
     if isinstance(obj, torch.Tensor):
         t = obj.detach()
@@ -50,6 +51,10 @@ def encode(obj, fh, depth: int = 0, sharing=None) -> dict:
             from kernelzero.eval.cuda_ipc import copy_to_share, share
             # A copy made in the current stream's order, before any device-wide synchronize (as
             # the host path does): work still running on an unjoined side stream races with it.
+            placed = sharing.arena.place(torch, t) if sharing.arena is not None else None
+            if placed is not None:
+                desc["ipc"] = share(placed, event=False)
+                return desc
             plain = copy_to_share(torch, t, sharing.pool)
             desc["ipc"] = share(plain)
             sharing.keep.append(plain)

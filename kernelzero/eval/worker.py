@@ -5,8 +5,10 @@ scrubbed environment. It reads one JSON command per line on stdin and answers on
 private copy of the original stdout; the candidate's own prints go to a log file (fd 1 and 2 are
 redirected), so nothing it prints can be mistaken for a reply.
 
-Commands: `load` (import the module file, build the model under a seed), `run` (fresh inputs per
-seed, forward, write outputs), `time` (CUDA-event timing with fresh inputs every call), `exit`.
+Commands: `load` (import the module file, build the model under a seed), `arena` (allocate and
+share the memory its CUDA outputs are copied into: cuda_ipc.Arena), `run` (fresh inputs per
+seed, forward, write outputs: trials.py), `time` (CUDA-event timing with fresh inputs every call:
+timer.py), `exit`.
 
 What this file does NOT defend against: a candidate can, in principle, forge this process's
 replies. The judge therefore trusts only the outputs it compares itself, checks timings for
@@ -23,9 +25,11 @@ import time
 import traceback
 
 # Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
+from kernelzero.eval.failures import classify, one_line
 from kernelzero.eval.library_share import KernelProfile
 from kernelzero.eval.reserve import hand_to_allocator, input_bytes, warm_fake_mode, weight_bytes
 from kernelzero.eval.timer import capture_primitives, l2_reset_function, time_calls
+from kernelzero.eval.trials import run_trials
 
 _REPLY = None  # file object on the private reply fd
 
@@ -35,38 +39,12 @@ def _reply(obj: dict) -> None:
     _REPLY.flush()
 
 
-def _one_line(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()
-    first = next((m for m in msg if m.strip()), "")
-    # Build failures put the useful line (the compiler error) deep in the message.
-    err = next((m.strip() for m in msg if "error" in m.lower() and m.strip() != first), "")
-    text = f"{type(e).__name__}: {first}" + (f" ... {err}" if err else "")
-    return text[:400]
-
-
-def _classify(e: BaseException, phase: str) -> str:
-    name = type(e).__name__
-    text = str(e)
-    if isinstance(e, SyntaxError) or "CompilationError" in name:
-        return "compile_error"
-    # The Triton interpreter reports what the GPU compiler would reject (undefined names, bad
-    # types in kernel code) as an InterpreterError wrapping the Python error.
-    if name == "InterpreterError" and any(k in text for k in ("NameError", "TypeError",
-                                                              "AttributeError", "CompilationError")):
-        return "compile_error"
-    if "Error building extension" in text or "ninja" in text.lower() and "error" in text.lower():
-        return "compile_error"
-    if phase == "import" and isinstance(e, (ImportError, ModuleNotFoundError)):
-        return "compile_error"
-    return "runtime_error"
-
-
 def _failure(e: BaseException, phase: str) -> dict:
     if isinstance(e, SystemExit):
         return {"ok": False, "status": "rejected", "phase": phase, "flags": ["harness_exit"],
                 "reason": f"the module called sys.exit({e.code}) while loading"}
-    return {"ok": False, "status": _classify(e, phase), "phase": phase,
-            "reason": _one_line(e), "detail": traceback.format_exc()[-2000:]}
+    return {"ok": False, "status": classify(e, phase), "phase": phase,
+            "reason": one_line(e), "detail": traceback.format_exc()[-2000:]}
 
 
 def _import_file(path: str, name: str):
@@ -99,6 +77,9 @@ class Worker:
         self._share_pool = None  # where shared copies are allocated (load's `ipc_pool`): made
         self._pool_wanted = False  # at the first share, which runs with the judge's GPU lock held
         self._ipc_min_bytes = 0  # smaller outputs go through host memory (load's `ipc_min_bytes`)
+        self._arena = None  # the allocation shared outputs are copied into (cuda_ipc.Arena):
+        self._arena_wanted = False  # from the `arena` command, or made at the first share
+        self._arena_slots = 0  # (load's `ipc_arena`) with room for this many outputs like it
 
     # ------------------------------------------------------------------ inputs
     def make_inputs(self, seed: int, dist: str = "task"):
@@ -195,6 +176,7 @@ class Worker:
         finally:
             self.device, self.transfer, self.ref, self.model = "cpu", "host", None, None
             self._keep.clear()
+            self._arena = None
             for name in os.listdir(self.out_dir):
                 if name.startswith("out_"):
                     os.remove(os.path.join(self.out_dir, name))
@@ -214,6 +196,7 @@ class Worker:
         self.transfer = cmd.get("transfer", "host")
         self._pool_wanted = self.transfer == "ipc" and bool(cmd.get("ipc_pool"))
         self._ipc_min_bytes = int(cmd.get("ipc_min_bytes", 0))
+        self._arena_wanted = self.transfer == "ipc" and bool(cmd.get("ipc_arena"))
         self.role = cmd["role"]
         try:
             self.ref = _import_file(cmd["task_path"], "kz_reference")
@@ -318,14 +301,49 @@ class Worker:
 
     def _sync(self):
         if self.device == "cuda":
-            self.torch.cuda.synchronize()
+            self.primitives["sync"]()  # captured before untrusted code: it cannot be patched
 
-    def _write(self, name: str, obj) -> dict:
-        from kernelzero.eval.cuda_ipc import Sharing, output_pool
-        from kernelzero.eval.tensorio import encode
+    def begin_command(self) -> None:
+        """The judge has copied everything shared for the last command: let it go."""
+        self._keep.clear()
+        if self._arena is not None:
+            self._arena.reset()
+
+    def arena(self, cmd: dict) -> dict:
+        """Allocate the arena (cuda_ipc.Arena) of `bytes` and share it: the judge maps it now,
+        outside its GPU lock, and later outputs copied into it need no mapping there."""
+        from kernelzero.eval.cuda_ipc import Arena, share
+        if self.transfer != "ipc" or not self._cuda_ready():
+            return {"ok": False, "reason": "outputs are not shared over CUDA IPC here"}
+        self._ensure_pool()
+        self._arena_wanted = False
+        self._arena = Arena.allocate(self.torch, int(cmd["bytes"]), self._share_pool)
+        if self._arena is None:
+            return {"ok": False, "reason": "no device memory for the arena"}
+        return {"ok": True, "ipc": share(self._arena.buf)}
+
+    def _ensure_pool(self) -> None:
+        from kernelzero.eval.cuda_ipc import output_pool
         if self._pool_wanted and self._share_pool is None:  # EvalConfig.ipc_output_pool
             self._pool_wanted, self._share_pool = False, output_pool(self.torch)
-        sharing = Sharing(self._keep, self._share_pool, self._ipc_min_bytes) \
+
+    def _write(self, name: str, obj, sizes_arena: bool = False) -> dict:
+        """Encode `obj` into the file `name` (tensorio.encode). `sizes_arena`: a trial's outputs,
+        which size the arena when it is still to be made (a reference's: `_arena_slots` times
+        what they share)."""
+        from kernelzero.eval.cuda_ipc import Arena, Sharing, shared_bytes
+        from kernelzero.eval.tensorio import encode
+        if self.transfer == "ipc":
+            self._ensure_pool()
+        if sizes_arena and self._arena_wanted and self.transfer == "ipc":
+            try:
+                need = self._arena_slots * shared_bytes(obj, self._ipc_min_bytes)
+            except Exception:  # noqa: BLE001 - an odd output object: no arena, nothing else changes
+                need = 0
+            if need:
+                self._arena_wanted = False
+                self._arena = Arena.allocate(self.torch, need, self._share_pool)
+        sharing = Sharing(self._keep, self._share_pool, self._ipc_min_bytes, self._arena) \
             if self.transfer == "ipc" else None
         path = os.path.join(self.out_dir, name)
         with open(path, "wb") as fh:
@@ -341,99 +359,16 @@ class Worker:
         """
         torch = self.torch
         results = []
+        self._arena_slots = len(cmd["trials"])
         poison = bool(cmd.get("poison"))
         if poison:
             torch.use_deterministic_algorithms(True, warn_only=True)
             torch.utils.deterministic.fill_uninitialized_memory = True
         try:
-            return self._run_trials(cmd, results)
+            return run_trials(self, cmd, results)
         finally:
             if poison:
                 torch.use_deterministic_algorithms(False)
-
-    def _run_trials(self, cmd: dict, results: list) -> dict:
-        """Every other trial writes its fresh values into the first trial's buffers, so a result
-        cached by input address (or by buffer identity) is wrong there."""
-        torch = self.torch
-        base, peak_seen = None, 0
-        for n, trial in enumerate(cmd["trials"]):
-            seed, dist = int(trial["seed"]), trial.get("dist", "task")
-            t_in = time.perf_counter()
-            try:
-                inputs = self.make_inputs(seed, dist)
-            except BaseException as e:  # noqa: BLE001
-                return {"ok": False, "status": "input_error", "reason": _one_line(e)}
-            if base is None:
-                base = inputs
-            elif n % 2 == 1 and _same_layout(torch, base, inputs):
-                for b, f in zip(base, inputs):
-                    if isinstance(b, torch.Tensor):
-                        b.copy_(f)
-                inputs = list(base)
-            t_drawn = time.perf_counter()
-            pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-            digest = self.digest_parts(inputs)  # queued before the forward: the values it gets
-            entry = {"seed": seed, "dist": dist,
-                     "input_bytes": sum(x.numel() * x.element_size() for x in inputs
-                                        if isinstance(x, torch.Tensor))}
-            if cmd.get("return_inputs"):
-                entry["inputs"] = self._write(f"in_{seed}_{dist}.bin", pristine)
-            t0 = time.perf_counter()
-            cuda = self.device == "cuda"
-            if cuda:  # this forward's own footprint: inputs + what it allocates at its peak
-                held, peak = _allocated(torch)
-                peak_seen = max(peak_seen, peak)
-                torch.cuda.reset_peak_memory_stats()
-            try:
-                with torch.no_grad():
-                    if cmd.get("log_ops") and not results:
-                        out, entry["aten_ops"] = self._forward_logged(inputs)
-                    else:
-                        out = self.model(*inputs)
-                if cuda:
-                    entry["forward_peak_bytes"] = entry["input_bytes"] + _allocated(torch)[1] - held
-                # Copy the outputs to the host in the order of the current stream *before* any
-                # device-wide synchronize: work left running on an unjoined side stream (which
-                # a real consumer of the output would race with) is then caught as wrong values.
-                entry["outputs"] = self._write(f"out_{seed}_{dist}.bin", out)
-                self._sync()
-            except BaseException as e:  # noqa: BLE001
-                status = "runtime_error"
-                if isinstance(e, SystemExit):
-                    status = "rejected"
-                    reason = f"the module called sys.exit({e.code}) during forward"
-                else:
-                    status, reason = _classify(e, "run"), _one_line(e)
-                    if "out of memory" in str(e).lower():
-                        reason = "ran out of memory: " + reason
-                return {"ok": False, "status": status, "reason": reason,
-                        "detail": traceback.format_exc()[-2000:], "trial": seed}
-            entry["wall_ms"] = (time.perf_counter() - t0) * 1e3
-            entry["inputs_ms"] = (t0 - t_in) * 1e3  # fresh inputs, their pristine copy, digest
-            entry["draw_ms"] = (t_drawn - t_in) * 1e3  # of which the fresh inputs (host time)
-            t1 = time.perf_counter()
-            # The digest and the mutation check come back in one transfer (each waits for the
-            # GPU, which other processes' work shares: fewer of them, shorter GPU-lock holds).
-            same = [(i, _same(torch, a, b)) for i, (a, b) in enumerate(zip(inputs, pristine))
-                    if isinstance(a, torch.Tensor)]
-            pending = digest + [f for _, f in same if isinstance(f, torch.Tensor)]
-            values = torch.stack([v.to(torch.float64) for v in pending]).tolist() if pending else []
-            entry["input_digest"] = sum(values[:len(digest)])
-            flags = iter(values[len(digest):])
-            mutated = [i for i, f in same if not (next(flags) if isinstance(f, torch.Tensor) else f)]
-            entry["mutated"] = mutated
-            if mutated:
-                entry["inputs_after"] = self._write(f"inafter_{seed}_{dist}.bin",
-                                                    [inputs[i] for i in mutated])
-            entry["mutation_check_ms"] = (time.perf_counter() - t1) * 1e3
-            del out, inputs, pristine
-            results.append(entry)
-        reply = {"ok": True, "trials": results}
-        if self.device == "cuda":
-            reply["peak_mem_bytes"] = int(max(peak_seen, _allocated(torch)[1]))
-            reply["forward_peak_bytes"] = max((r.get("forward_peak_bytes", 0) for r in results),
-                                              default=0)
-        return reply
 
     def profile(self, cmd: dict) -> dict:
         """One more call, on the given trial's inputs, with its GPU kernels profiled (the
@@ -447,7 +382,7 @@ class Worker:
             with torch.no_grad(), KernelProfile(torch, reply):
                 self.model(*inputs)
         except BaseException as e:  # noqa: BLE001 - evidence missing, not a verdict
-            reply["profile_error"] = _one_line(e)
+            reply["profile_error"] = one_line(e)
         return reply
 
     def _forward_logged(self, inputs):
@@ -473,7 +408,7 @@ class Worker:
         try:
             return time_calls(self, cmd)
         except BaseException as e:  # noqa: BLE001
-            return {"ok": False, "status": _classify(e, "time"), "reason": _one_line(e),
+            return {"ok": False, "status": classify(e, "time"), "reason": one_line(e),
                     "detail": traceback.format_exc()[-2000:]}
 
 def _warm_cuda_libraries(torch) -> None:
@@ -497,37 +432,11 @@ def _warm_cuda_libraries(torch) -> None:
         x.sum(0), x.mean(-1), x.amax(-1), x.argmax(-1), x.cumsum(-1)
 
 
-def _allocated(torch) -> tuple[int, int]:
-    """(current, peak) bytes this process has allocated on its CUDA device. From the allocator's
-    nested statistics: `torch.cuda.memory_allocated` and `max_memory_allocated` each flatten the
-    whole statistics tree in Python (about 0.35 ms)."""
-    st = torch.cuda.memory_stats_as_nested_dict().get("allocated_bytes", {}).get("all", {})
-    return int(st.get("current", 0)), int(st.get("peak", 0))
-
-
-def _same_layout(torch, a: list, b: list) -> bool:
-    return len(a) == len(b) and all(
-        (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.shape == y.shape
-         and x.dtype == y.dtype and x.stride() == y.stride()) or
-        (not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor))
-        for x, y in zip(a, b))
-
-
 def _network_isolated() -> bool:
     try:
         return sorted(os.listdir("/sys/class/net")) == ["lo"]
     except OSError:
         return False
-
-
-def _same(torch, a, b):
-    """Bitwise-equal values (NaN equals NaN): did the call leave this input unchanged? A 0-d
-    bool tensor on the inputs' device (read by the caller), or False when shape or dtype changed."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() or a.is_complex():
-        return ((a == b) | (torch.isnan(a) & torch.isnan(b))).all()
-    return (a == b).all()
 
 
 def _set_limits(cfg: dict) -> None:
@@ -570,16 +479,16 @@ def main() -> None:
         if op == "exit":
             break
         handler = {"load": worker.load, "build": worker.build, "run": worker.run,
-                   "time": worker.time, "warm": worker.warm,
+                   "time": worker.time, "warm": worker.warm, "arena": worker.arena,
                    "profile": worker.profile}.get(op)
-        worker._keep.clear()  # the judge has copied everything shared for the last command
+        worker.begin_command()
         if handler is None:
             _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
             continue
         try:
             _reply(handler(cmd))
         except BaseException as e:  # noqa: BLE001 - never die silently on a bad command
-            _reply({"ok": False, "status": "runtime_error", "reason": _one_line(e)})
+            _reply({"ok": False, "status": "runtime_error", "reason": one_line(e)})
     # stdin closed: the judge is done with us, or died. Our private directory goes with us.
     import shutil
     shutil.rmtree(os.getcwd(), ignore_errors=True)
