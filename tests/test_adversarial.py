@@ -7,12 +7,13 @@ Fixtures live in tests/adversarial/ (see fixtures.py for the header format):
 - (c) every legitimate-but-tricky kernel is `correct`;
 - (d) after each resource-abuse case, the same evaluator judges a legitimate kernel normally.
 
-Verdicts are computed in batches (one `judge_many` per evaluator, module-scoped) and each test
-asserts one property of one verdict. CUDA-only fixtures are marked `gpu` and judged on cuda; on
-the device, `KZ_ADV_DEVICE=cuda` judges every fixture on the GPU. `KZ_ADV_ALL_POLICIES=1` judges
-every fixture under every policy its header lists (by default the `kernelbench` policy is
-exercised only where it changes the answer: the passthrough exploits). `KZ_ADV_REPORT=PATH`
-writes every verdict of (b) and (c) to PATH as JSON lines.
+Verdicts are computed in batches (one `judge_many` per evaluator, module-scoped, over the cases
+pytest selected: `-k relu` judges only those) and each test asserts one property of one verdict;
+the naive runs are narrowed the same way. CUDA-only fixtures are marked `gpu` and judged on cuda;
+on the device, `KZ_ADV_DEVICE=cuda` judges every fixture on the GPU. `KZ_ADV_ALL_POLICIES=1`
+judges every fixture under every policy its header lists (by default the `kernelbench` policy is
+exercised only where it changes the answer: the passthrough exploits). `KZ_ADV_REPORT=PATH` writes
+every verdict of (b) and (c) to PATH as JSON lines.
 """
 from __future__ import annotations
 
@@ -60,14 +61,19 @@ def _policy_cases(fixtures: list[Fixture]) -> list:
 
 
 # ------------------------------------------------------------------------------ (a) naive is fooled
+_NAIVE_TESTS = ("test_naive_evaluator_is_fooled", "test_naive_evaluator_accepts_legit")
+
+
 @pytest.fixture(scope="module")
-def naive_results() -> dict[str, dict]:
-    """Every naive run this module needs: each exploit in its own subprocess, two at a time;
-    the legit kernels (well-behaved by definition) together in one."""
+def naive_results(request) -> dict[str, dict]:
+    """Every naive run the selected tests need (-k, -m): each exploit in its own subprocess, two
+    at a time; the legit kernels (well-behaved by definition) together in one."""
     on_gpu_run = os.environ.get("KZ_ADV_DEVICE") == "cuda"  # CPU demos skipped (see _naive_param)
-    todo = [f for f in EXPLOITS
-            if (not f.naive.startswith(("skip", "gpu")) and not on_gpu_run)
-            or (f.naive.startswith("gpu") and CUDA)]
+    wanted = {p["f"].name for p in _selected_params(request.session.items, _NAIVE_TESTS)}
+    todo = [f for f in EXPLOITS if f.name in wanted and (
+            (not f.naive.startswith(("skip", "gpu")) and not on_gpu_run)
+            or (f.naive.startswith("gpu") and CUDA))]
+    legit_todo = [f for f in LEGIT if f.name in wanted and not on_gpu_run]
 
     def one(f: Fixture):
         timeout = NAIVE_HANG_S if f.naive == "hang" else NAIVE_TIMEOUT_S
@@ -90,9 +96,9 @@ def naive_results() -> dict[str, dict]:
         return f.name, r
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        legit = pool.submit(run_naive_many, [] if on_gpu_run else [(f.target, f.path) for f in LEGIT])
+        legit = pool.submit(run_naive_many, [(f.target, f.path) for f in legit_todo])
         results = dict(pool.map(one, todo))
-        results.update(zip([f.name for f in LEGIT], legit.result()))
+        results.update(zip([f.name for f in legit_todo], legit.result()))
     return results
 
 
@@ -144,22 +150,25 @@ def test_naive_evaluator_accepts_legit(f: Fixture, naive_results):
 
 # ------------------------------------------------------------------- (b, c) the real evaluator
 class _Batches:
-    """One Evaluator per (device, policy), each judging all its fixtures in one judge_many."""
+    """One Evaluator per (device, policy), each judging its fixtures in one judge_many: the
+    (fixture, policy) cases whose tests pytest selected (-k, -m), or one asked for outside them."""
 
-    def __init__(self, fixtures: list[Fixture]):
-        self.fixtures = fixtures
+    def __init__(self, fixtures: list[Fixture], selected: set[tuple[str, str]]):
+        self.fixtures, self.selected = fixtures, selected
         self.verdicts: dict[tuple[str, str, str], object] = {}
         self.evaluators: list[Evaluator] = []
 
     def get(self, f: Fixture, policy: str):
         key = (f.name, _device(f), policy)
         if key not in self.verdicts:
+            self.selected.add((f.name, policy))
             self._run(_device(f), policy)
         return self.verdicts[key]
 
     def _run(self, device: str, policy: str) -> None:
         todo = [g for g in self.fixtures if _device(g) == device and policy in g.policies
-                and (g.threat == 1 or policy == "strict" or ALL_POLICIES)]
+                and (g.name, policy) in self.selected
+                and (g.name, device, policy) not in self.verdicts]
         ev = Evaluator(EvalConfig(device=device, policy=policy, max_workers=2,
                                   load_timeout_s=120, run_timeout_s=120))
         self.evaluators.append(ev)
@@ -168,9 +177,25 @@ class _Batches:
             self.verdicts[(g.name, device, policy)] = v
 
 
+_JUDGED_TESTS = ("test_real_evaluator_catches_exploit", "test_real_evaluator_accepts_legit")
+
+
+def _selected_params(items, tests: tuple[str, ...]) -> list[dict]:
+    """The parameters of the `tests` pytest will run (not deselected by -k or -m, not skipped)."""
+    return [item.callspec.params for item in items
+            if getattr(item, "originalname", None) in tests
+            and item.get_closest_marker("skip") is None]
+
+
+def _selected_cases(items) -> set[tuple[str, str]]:
+    """The (fixture, policy) cases of the judged tests pytest will run: only these are judged."""
+    return {(p["f"].name, p["policy"]) for p in _selected_params(items, _JUDGED_TESTS)}
+
+
 @pytest.fixture(scope="module")
-def batches():
-    b = _Batches([f for f in EXPLOITS if f.threat != 9] + LEGIT)
+def batches(request):
+    b = _Batches([f for f in EXPLOITS if f.threat != 9] + LEGIT,
+                 _selected_cases(request.session.items))
     yield b
     for ev in b.evaluators:
         ev.close()
@@ -230,3 +255,10 @@ def test_resource_abuse_is_contained_and_next_is_normal(f: Fixture, abuse_evalua
                                 Candidate.from_file(NEXT_LEGIT.path))
     assert nxt.status == "correct", (
         f"after {f.name}, the next legit case was not judged normally: {nxt.status}: {nxt.reason}")
+
+
+def test_only_the_selected_cases_were_judged(batches, request):
+    """`-k` and `-m` narrow the batches too: nothing outside the selected tests' cases is judged
+    (the full suite judges every case; `-k relu` only the relu fixtures)."""
+    judged = {(name, policy) for name, _, policy in batches.verdicts}
+    assert judged <= _selected_cases(request.session.items)
