@@ -290,15 +290,11 @@ def kernelbench_config(**knobs) -> EvalConfig:
 
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
                scale: int = 1, warm: bool = False, spares: int | None = None,
-               reserve_mb: int = 0, load_reserve_factor: float | None = None,
-               ipc_pool: bool = True, ipc_min_bytes: int | None = None,
-               ipc_arena: bool = True) -> dict:
+               reserve_mb: int = 0, knobs: dict | None = None) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
-    its spare workers are started and warmed (a long-lived judge: a trainer, the service)."""
-    knobs = {} if load_reserve_factor is None else {"load_reserve_factor": load_reserve_factor}
-    knobs["ipc_output_pool"], knobs["ipc_arena"] = ipc_pool, ipc_arena
-    if ipc_min_bytes is not None:
-        knobs["ipc_min_bytes"] = ipc_min_bytes
+    its spare workers are started and warmed (a long-lived judge: a trainer, the service).
+    `knobs`: further EvalConfig fields (the memory and output-sharing flags of `main`)."""
+    knobs = dict(knobs or {})
     cfg = kernelbench_config(transfer=transfer, start_method=start_method, max_workers=workers,
                              spares=spares, spare_reserve_mb=reserve_mb, **knobs)
     tasks = make_tasks(scale)[: 3 if quick else None]
@@ -434,6 +430,11 @@ def main() -> None:
     ap.add_argument("--start-method", default="auto", choices=["auto", "spawn", "fork"],
                     help="how worker processes start (EvalConfig.start_method)")
     args = ap.parse_args()
+    knobs = {"ipc_output_pool": not args.no_ipc_pool, "ipc_arena": not args.no_ipc_arena}
+    for field, value in (("load_reserve_factor", args.load_reserve_factor),
+                         ("ipc_min_bytes", args.ipc_min_bytes)):
+        if value is not None:  # else the evaluator's default
+            knobs[field] = value
     res: dict = {"throughput_runs": []}
     out = Path(args.out)
     if not args.repeat_only:
@@ -441,10 +442,7 @@ def main() -> None:
             for clock in args.clocks:
                 tp = throughput(args.workers, args.quick, args.transfer, args.start_method,
                                 scale=scale, warm=clock == "warm", spares=args.spares,
-                                reserve_mb=args.spare_reserve_mb,
-                                load_reserve_factor=args.load_reserve_factor,
-                                ipc_pool=not args.no_ipc_pool, ipc_min_bytes=args.ipc_min_bytes,
-                                ipc_arena=not args.no_ipc_arena)
+                                reserve_mb=args.spare_reserve_mb, knobs=knobs)
                 res["throughput_runs"].append(tp)
                 out.write_text(json.dumps(res, indent=2))  # each finished run is kept
                 report_throughput(tp)
