@@ -1,7 +1,8 @@
 """Sharing a worker's CUDA output with the judge through CUDA IPC, without pickle.
 
 Worker side: `share(t)` exports the tensor's CUDA allocation (`cudaIpcGetMemHandle` through
-PyTorch's storage sharing) and describes it as JSON-able data. Judge side: `open_shared(desc)`
+PyTorch's storage sharing) and describes it as JSON-able data; the tensor is a copy of the
+output in a slice of the worker's `Arena`, or in an allocation of its own. Judge side: `open_shared(desc)`
 checks every field, maps the allocation, and immediately copies the tensor into the judge's own
 GPU memory (device-to-device), so the candidate cannot change what is compared afterwards.
 
@@ -10,6 +11,7 @@ judge. A forged handle fails to open (the judge then reports an unreadable outpu
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass
@@ -78,10 +80,7 @@ class Arena:
         """An arena of `nbytes` in `pool` (its own segment: the judge maps exactly it), or None
         when the memory is not there (outputs then get allocations of their own)."""
         try:
-            if pool is not None:
-                with torch.cuda.use_mem_pool(pool):
-                    buf = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
-            else:
+            with in_pool(torch, pool):
                 buf = torch.empty(int(nbytes), dtype=torch.uint8, device="cuda")
         except (torch.OutOfMemoryError, RuntimeError):
             return None
@@ -110,7 +109,7 @@ def shared_bytes(obj, min_bytes: int, depth: int = 0) -> int:
     if getattr(t, "is_cuda", False) is True:
         n = t.numel() * t.element_size()
         return aligned(n) if n and n >= max(1, min_bytes) else 0
-    if isinstance(obj, (tuple, list)) and depth < 4:
+    if isinstance(obj, (tuple, list)) and depth < 4:  # tensorio.MAX_DEPTH
         return sum(shared_bytes(x, min_bytes, depth + 1) for x in obj)
     return 0
 
@@ -129,12 +128,17 @@ def output_pool(torch):
         return None
 
 
+def in_pool(torch, pool):
+    """Allocations inside the block come from `pool` (None: the ordinary pool)."""
+    return torch.cuda.use_mem_pool(pool) if pool is not None else contextlib.nullcontext()
+
+
 def copy_to_share(torch, t, pool):
     """A plain copy of `t` in `pool` (None: the ordinary pool; also when the pool cannot get
     new memory from the driver, where the ordinary pool may still have room cached)."""
     if pool is not None:
         try:
-            with torch.cuda.use_mem_pool(pool):
+            with in_pool(torch, pool):
                 return torch.Tensor.clone(t).as_subclass(torch.Tensor)
         except torch.OutOfMemoryError:
             pass

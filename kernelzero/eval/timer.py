@@ -273,7 +273,8 @@ def _allocator_counts(torch, device: str) -> dict:
     """cudaMalloc / cudaFree calls and allocation retries so far (diagnostics: any inside the
     timed loop means the allocator went to the driver during a timed call). Top-level entries
     of the nested statistics: `memory_stats()` would flatten the whole tree in Python (about
-    0.35 ms, twice per timing, inside the timing hold; trials.allocated_bytes reads them the same way)."""
+    0.35 ms, twice per timing, inside the timing hold; trials.allocated_bytes reads them the
+    same way)."""
     if device != "cuda":
         return {"device_alloc": 0, "device_free": 0, "alloc_retries": 0}
     st = torch.cuda.memory_stats_as_nested_dict()
