@@ -118,6 +118,10 @@ def timed_loops(verdicts) -> dict:
             "launch_bound_calls": sum(d.get("launch_bound_calls", 0) for d in loops),
             "spun_calls": sum(d.get("spun_calls", 0) for d in loops),
             "synced_calls": sum(d.get("synced_calls", 0) for d in loops),
+            # synchronizes whose host thread waited for a CPU (a busy host), the longest wait
+            "disturbed_syncs": sum(d.get("disturbed_syncs", 0) for d in loops),
+            "run_delay_ms_max": max((d.get("run_delay_ms_max", 0.0) for d in loops), default=0.0),
+            "retimed_loops": sum(bool(d.get("retimed")) for d in loops),
             "between_calls_ms_median": _median_of(loops, "between_calls_ms"),
             "l2_reset_ms": sum(d.get("l2_reset_ms", 0.0) for d in loops)}
 
@@ -330,6 +334,8 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
              # the worker's own time for the timing command (timing_s beyond it: round trip)
              "timing_command_ms": (v.timing_details or {}).get("candidate", {}).get("command_ms"),
              "timing_loop_ms": (v.timing_details or {}).get("candidate", {}).get("loop_ms"),
+             **{k: (v.timing_details or {}).get("candidate", {}).get(k) for k in
+                ("after_stream_gap_ms", "sync_latency_ms", "disturbed_syncs", "run_delay_ms_max")},
              "reason": v.reason[:160]}
             for (_, c), v in zip(pairs, verdicts)]
     gpu = cand_gpu + ref_gpu
@@ -483,7 +489,9 @@ def report_throughput(tp: dict) -> None:
               f"{tl['overhead_ms_per_call_median']:.3f} ms median ({tl['overhead_ms_per_call_max']:.3f} "
               f"max) beyond the kernel; {tl['same_address_calls']} draws at earlier calls' "
               f"addresses; {tl['launch_bound_calls']} launch-bound, {tl['spun_calls']} spun, "
-              f"{tl['synced_calls']} synchronised; GPU time between calls "
+              f"{tl['synced_calls']} synchronised ({tl.get('disturbed_syncs', 0)} with the host "
+              f"waiting for a CPU, {tl.get('run_delay_ms_max', 0):.2f} ms at most), "
+              f"{tl.get('retimed_loops', 0)} timed again; GPU time between calls "
               f"{tl['between_calls_ms_median'] or 0:.3f} ms median; L2 resets "
               f"{tl['l2_reset_ms']:.0f} ms of host time")
     lag, rt = tp.get("interpreter_lag") or {}, tp.get("timing_round_trip_ms") or {}

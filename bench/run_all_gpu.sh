@@ -16,6 +16,7 @@
 #   bash bench/run_all_gpu.sh ninth RESULTS_DIR   # x1 seven times, alternating without the shared-output pool, GPU tests | adversarial, repeatability
 #   bash bench/run_all_gpu.sh tenth RESULTS_DIR   # x1 six times, alternating without the workers' arenas, GPU tests | adversarial, repeatability
 #   bash bench/run_all_gpu.sh tenth1 RESULTS_DIR  # one GPU, nothing beside: x1 four times, alternating without arenas, then the GPU tests
+#   bash bench/run_all_gpu.sh ab RESULTS_DIR      # one GPU: x1 runs alternating this tree (A) and B: KZ_AB_DIR's tree and/or KZ_AB_ARGS
 #   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
 #   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
@@ -23,6 +24,10 @@
 # KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
 # KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse), KZ_ADV_LIMIT_S
 # sets its time limit;
+# ab: KZ_AB_ROUNDS pairs (default 2); KZ_AB_DIR another checkout (e.g. `git archive` of an older
+# commit) whose bench and package B runs; KZ_AB_ARGS B's extra throughput arguments; KZ_CPU_LOAD
+# busy-looping processes beside the runs, a host whose cores other jobs use (default 0);
+# KZ_AB_TAG prefixes the step names (default ab); KZ_X1_LIMIT_S each x1 step's limit (default 100);
 # KZ_PROPOSE_SEED / _WORKERS / _LIMIT_S set the Proposer step's seed, sandbox runs and time limit;
 # KZ_TRAIN_LIMIT_S the single-h200 round's limit; KZ_POOL_REPEAT the Ray batch (x 10 problems);
 # KZ_POOL_SPARES the Ray judges' spares (default: EvalConfig's; `share`: each judge's share of
@@ -34,9 +39,9 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|spread|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|spread|fit|checks|train RESULTS_DIR}
-mkdir -p "$R/files"
+part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|ab|spread|fit|checks|train RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|ab|spread|fit|checks|train RESULTS_DIR}
+mkdir -p "$R/files" && R=$(cd "$R" && pwd)  # absolute: some steps run in another directory
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 other=$(( ngpu > 1 ? 1 : 0 ))  # a second GPU for work that can run beside a timed step
@@ -126,7 +131,7 @@ fi
 
 x1() {  # x1 NAME [ARGS...]: one warm x1 throughput step (30 spares) with extra arguments
   local name=$1; shift
-  echo "$name 100 $TP --scales 1 --clocks warm --spares 30 $* --out $R/files/tp_$name.json"
+  echo "$name ${KZ_X1_LIMIT_S:-100} $TP --scales 1 --clocks warm --spares 30 $* --out $R/files/tp_$name.json"
 }
 
 if [ "$part" = ninth ]; then  # ~7.5 min on 2 GPUs: wall / GPU with and without the shared-output pool, GPU tests | adversarial, repeatability
@@ -144,6 +149,23 @@ if [ "$part" = tenth1 ]; then  # ~7.5 min on 1 GPU, nothing beside it: x1 four t
            "$(x1 84_x1_no_arena --no-ipc-arena)" "$S01"; do
     eval "CUDA_VISIBLE_DEVICES=0 step $s"
   done
+fi
+
+if [ "$part" = ab ]; then  # ~1.3 min a pair on 1 GPU: A (this tree) and B alternating, KZ_CPU_LOAD busy processes beside
+  load=()
+  for _ in $(seq 1 "${KZ_CPU_LOAD:-0}"); do $PY -c 'while True: pass' & load+=($!); done
+  echo "busy processes beside the runs: ${#load[@]} (on $(nproc) cores)" | tee -a "$R/summary.txt"
+  tag=${KZ_AB_TAG:-ab}
+  for k in $(seq 1 "${KZ_AB_ROUNDS:-2}"); do
+    eval "CUDA_VISIBLE_DEVICES=0 step $(x1 ${tag}${k}_A)"
+    if [ -n "${KZ_AB_DIR:-}" ]; then  # B's own bench and package, in its own directory
+      ( b=$(cd "$KZ_AB_DIR" && pwd); cd "$b" && export PYTHONPATH="$b:${PYTHONPATH#"$OLDPWD:"}" \
+        && eval "CUDA_VISIBLE_DEVICES=0 step $(x1 ${tag}${k}_B ${KZ_AB_ARGS:-})" )
+    else
+      eval "CUDA_VISIBLE_DEVICES=0 step $(x1 ${tag}${k}_B ${KZ_AB_ARGS:-})"
+    fi
+  done
+  [ ${#load[@]} -gt 0 ] && kill "${load[@]}" 2>/dev/null
 fi
 
 if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2

@@ -1,4 +1,4 @@
-"""GpuLock: shared for running modules, exclusive for timing, writers first, across processes."""
+"""GpuLock: shared for running modules, exclusive for timing, timings first, across processes."""
 from __future__ import annotations
 
 import subprocess
@@ -28,6 +28,18 @@ def _holder(name: str, shared: bool, events: list, label: str, hold_s: float,
     return t
 
 
+def _staggered(plan) -> list:
+    """Holders started one after another: plan = [(label, shared, hold_s, then_wait_s), ...];
+    returns the events once all are done."""
+    name, events, threads = _name(), [], []
+    for label, shared, hold_s, then_wait_s in plan:
+        threads.append(_holder(name, shared, events, label, hold_s))
+        time.sleep(then_wait_s)
+    for t in threads:
+        t.join()
+    return events
+
+
 def _interval(events, label):
     t_in = next(t for kind, lab, t in events if kind == "in" and lab == label)
     t_out = next(t for kind, lab, t in events if kind == "out" and lab == label)
@@ -55,17 +67,42 @@ def test_exclusive_excludes_shared_and_waits_for_them():
 
 
 def test_writer_preference_late_reader_waits_for_waiting_writer():
-    name, events = _name(), []
-    first = _holder(name, True, events, "first", 0.5)
-    time.sleep(0.1)
-    writer = _holder(name, False, events, "writer", 0.3)
-    time.sleep(0.1)  # the writer is now queued behind `first`
-    late = _holder(name, True, events, "late", 0.05)
-    for t in (first, writer, late):
-        t.join()
+    # the writer is queued behind `first` when `late` arrives
+    events = _staggered([("first", True, 0.5, 0.1), ("writer", False, 0.3, 0.1),
+                         ("late", True, 0.05, 0)])
     w_in, w_out = _interval(events, "writer")
     late_in, _ = _interval(events, "late")
     assert late_in >= w_out, "a shared acquirer arriving after a waiting writer must queue behind it"
+
+
+def test_queued_timings_all_go_before_a_shared_acquirer_that_waits():
+    """Timings first: two timings queued behind a shared holder both run before a shared
+    acquirer that arrived after them, even though it could have slipped in between them."""
+    events = _staggered([("first", True, 0.4, 0.1), ("w1", False, 0.3, 0.05),
+                         ("w2", False, 0.3, 0.05), ("late", True, 0.05, 0)])
+    (w1_in, w1_out), (w2_in, w2_out) = _interval(events, "w1"), _interval(events, "w2")
+    late_in, _ = _interval(events, "late")
+    assert w1_in >= _interval(events, "first")[1] and w2_in >= _interval(events, "first")[1]
+    assert late_in >= max(w1_out, w2_out), "a waiting shared acquirer must let every queued timing go first"
+
+
+def test_a_timing_goes_before_a_shared_acquirer_already_waiting_for_the_lock():
+    """A shared acquirer waits for a timing's hold; a second timing queues meanwhile: the second
+    timing goes first (it would have waited behind the shared holder under a plain gate)."""
+    events = _staggered([("w1", False, 0.4, 0.1), ("reader", True, 0.3, 0.1), ("w2", False, 0.2, 0)])
+    _, w1_out = _interval(events, "w1")
+    w2_in, w2_out = _interval(events, "w2")
+    r_in, _ = _interval(events, "reader")
+    assert w2_in >= w1_out and r_in >= w2_out, "the queued timing must run before the reader"
+
+
+def test_shared_acquirers_that_waited_run_side_by_side():
+    """The shared holders held back by a timing enter together once it is done (one burst)."""
+    events = _staggered([("timing", False, 0.4, 0.1)] + [(f"r{i}", True, 0.3, 0) for i in range(3)])
+    _, w_out = _interval(events, "timing")
+    spans = [_interval(events, f"r{i}") for i in range(3)]
+    assert all(a >= w_out for a, _ in spans)
+    assert max(a for a, _ in spans) < min(b for _, b in spans), "they must overlap"
 
 
 def test_exclusive_held_by_another_process_blocks_shared():

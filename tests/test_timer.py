@@ -19,11 +19,16 @@ class SimGPU:
     it; an event completes when the GPU reaches it. Work on 'another stream' (`side_until`)
     delays nothing but a device-wide synchronize."""
 
-    def __init__(self):
+    def __init__(self, off_cpu_ms=None):
         self.free_at = 0.0
         self.side_until = 0.0
         self.syncs = 0
+        # off_cpu_ms(n): ms the host thread waits for a CPU (another process runs there) when the
+        # n-th synchronize would return, so it returns that much later; its run-queue delay
+        # (the `run_delay` primitive) grows by as much.
+        self.off_cpu_ms, self.off_s = off_cpu_ms, 0.0
         self.slept: list[int] = []
+        self.slept_s: list[float] = []  # the host's own sleeps (time.sleep)
         self.synced_at: float | None = None  # when the last synchronize found the GPU idle
 
     def queue(self, ms: float) -> float:
@@ -36,6 +41,10 @@ class SimGPU:
         while time.perf_counter() < t:
             pass
 
+    def _sleep(self, seconds: float) -> None:
+        self.slept_s.append(seconds)
+        time.sleep(seconds)
+
     def primitives(self) -> dict:
         def record(ev, stream):
             if self.synced_at is not None:  # an event right after a synchronize: the moment it
@@ -47,17 +56,20 @@ class SimGPU:
 
         def sync():
             self.syncs += 1
-            self.synced_at = max(self.free_at, self.side_until)
+            off = self.off_cpu_ms(self.syncs) / 1e3 if self.off_cpu_ms else 0.0
+            self.synced_at = max(self.free_at, self.side_until) + off
+            self.off_s += off
             self._wait_until(self.synced_at)
 
         def sleep(cycles):
             self.slept.append(cycles)
             self.queue(cycles / CYCLES_PER_MS)
 
-        return {"clock": time.perf_counter, "Event": lambda enable_timing: SimpleNamespace(t=0.0),
+        return {"clock": time.perf_counter, "run_delay": lambda: 1e3 * self.off_s,
+                "Event": lambda enable_timing, blocking=False: SimpleNamespace(t=0.0),
                 "stream": lambda: None, "sync": sync, "l2_reset": None, "record": record,
                 "gpu_sleep": sleep, "elapsed": lambda a, b: 1e3 * (b.t - a.t),
-                "query": lambda ev: time.perf_counter() >= ev.t,
+                "query": lambda ev: time.perf_counter() >= ev.t, "sleep": self._sleep,
                 "ev_sync": lambda ev: self._wait_until(ev.t)}
 
 
@@ -207,6 +219,66 @@ def test_a_few_late_gaps_early_do_not_decide_alone():
     assert not reply["work_after_stream"] and len(reply["times_ms"]) > 6  # went on past six
 
 
+def test_a_busy_host_is_not_work_after_the_call():
+    """Two synchronizes in three return 0.5 ms late because the host thread waited for a CPU
+    (a host whose cores are all busy): a late median of gaps, but the clean third says no work
+    outlived the call, and the times are the calls' own."""
+    gpu, written = SimGPU(off_cpu_ms=lambda n: 0.5 if n % 3 else 0.0), []
+    cmd = {**CMD, "warmup_ms": 0.0, "sync_every": 1, "checked": [], "min_trials": 40}
+    reply = time_calls(_worker(gpu, Kernel(gpu, 0.2), written), cmd)
+    assert reply["disturbed_syncs"] >= 20 and reply["run_delay_ms_max"] >= 0.45
+    assert not reply["work_after_stream"] and len(reply["times_ms"]) == 40
+    assert reply["after_stream_gap_ms"] < 0.1 and statistics.median(reply["times_ms"]) < 0.3
+
+
+def test_the_host_sleeps_through_most_of_a_long_synchronised_call():
+    """A 4 ms call: before each synchronize (but the first, when no call time is known yet) the
+    host sleeps until the call starts, then for all but SPIN_MS of it, and spins the rest; the
+    gaps stay clean and no sleep overshoots the call's end."""
+    from kernelzero.eval.timer import SPIN_MS
+    gpu, written = SimGPU(), []
+    cmd = {**CMD, "warmup_ms": 0.0, "sync_every": 2, "checked": [], "min_trials": 20, "max_trials": 20}
+    reply = time_calls(_worker(gpu, Kernel(gpu, 4.0), written), cmd)
+    assert not reply["work_after_stream"] and len(reply["times_ms"]) == 20
+    assert len(gpu.slept_s) >= reply["synced_calls"] - 1
+    assert all(abs(x - (4.0 - SPIN_MS) / 1e3) < 0.5e-3 for x in gpu.slept_s)
+    assert reply["disturbed_syncs"] <= 1  # none overslept (one may, on a loaded test machine)
+
+
+def test_work_after_the_call_is_caught_on_a_busy_host_too():
+    """Work left behind by every call: the clean synchronizes show it (when a few are clean) and
+    so do the disturbed ones (when none is): late either way."""
+    for off in (lambda n: 0.5 if n % 3 else 0.0, lambda n: 0.5):
+        gpu, written = SimGPU(off_cpu_ms=off), []
+        cmd = {**CMD, "warmup_ms": 0.0, "sync_every": 1, "checked": [], "min_trials": 40}
+        reply = time_calls(_worker(gpu, Kernel(gpu, 0.2, leaves_s=0.002), written), cmd)
+        assert reply["work_after_stream"] and min(reply["times_ms"]) >= 1.5
+        # judged on the clean synchronizes when there were enough, else on all: host_busy
+        assert reply["host_busy"] == (reply["disturbed_syncs"] == reply["synced_calls"])
+
+
+def test_synchronizes_come_more_often_once_one_was_disturbed():
+    """One synchronize in 8, but two in three disturbed: the loop synchronises more often, so
+    MIN_SYNCED clean ones are in before its 100 calls end, and it is judged on them."""
+    from kernelzero.eval.timer import MIN_SYNCED
+    gpu, written = SimGPU(off_cpu_ms=lambda n: 0.5 if n % 3 else 0.0), []
+    cmd = {**CMD, "seeds": list(range(100)), "warmup_ms": 0.0, "checked": [],
+           "min_trials": 100, "max_trials": 100}
+    reply = time_calls(_worker(gpu, Kernel(gpu, 0.2), written), cmd)
+    clean = reply["synced_calls"] - reply["disturbed_syncs"]
+    assert clean >= MIN_SYNCED and reply["synced_calls"] > 100 / 8 + 6
+    assert not reply["work_after_stream"] and not reply["host_busy"]
+
+
+def test_a_reference_loop_reports_its_calls_own_times_even_when_late():
+    """late_counts false (the judge's reference timing): work after the call is reported, but the
+    times are the calls' own, never an upper bound that would inflate speedups against it."""
+    gpu, written = SimGPU(), []
+    cmd = {**CMD, "late_counts": False}
+    reply = time_calls(_worker(gpu, Kernel(gpu, 0.2, leaves_s=0.005), written), cmd)
+    assert reply["work_after_stream"] and max(reply["times_ms"]) < 1.0
+
+
 def test_the_stopping_rule():
     assert spread_ok([1.0, 1.0, 1.01, 1.0], 0.02)
     assert not spread_ok([1.0, 2.0, 1.0, 2.0], 0.02)
@@ -221,7 +293,8 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     ref = {"loop_ms": 500.0, "overhead_ms_per_call": 0.5, "same_address_calls": 99,
-           "between_calls_ms": 0.4, "synced_calls": 12}
+           "between_calls_ms": 0.4, "synced_calls": 12, "disturbed_syncs": 5,
+           "run_delay_ms_max": 1.5, "retimed": True}
     verdicts = [SimpleNamespace(task_hash="t", timing_details={
         "candidate": {"loop_ms": 100.0 * k, "overhead_ms_per_call": 0.1 * k,
                       "same_address_calls": 90, "between_calls_ms": 0.1 * k},
@@ -231,6 +304,7 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
     assert tl["overhead_ms_per_call_median"] == 0.25 and tl["overhead_ms_per_call_max"] == 0.5
     assert tl["same_address_calls"] == 3 * 90 + 99 and tl["synced_calls"] == 12
     assert abs(tl["between_calls_ms_median"] - 0.25) < 1e-9
+    assert tl["disturbed_syncs"] == 5 and tl["run_delay_ms_max"] == 1.5 and tl["retimed_loops"] == 1
 
 
 def test_the_late_margin_covers_host_noise_but_not_real_work():
@@ -268,3 +342,20 @@ def test_the_throughput_bench_reports_round_trips_and_late_wake_ups():
             pass
     s = lag.summary()
     assert s["wakeups"] >= 2 and 0 <= s["median_ms"] <= s["p90_ms"] <= s["p99_ms"] <= s["max_ms"]
+
+
+def test_the_run_queue_delay_is_read_for_the_calling_thread_or_taken_as_zero(monkeypatch):
+    """/proc/thread-self/schedstat where the kernel has it (a count that only grows); 0 where it
+    cannot be read, so every synchronize counts as undisturbed and every gap is judged."""
+    import os
+
+    from kernelzero.eval.timer import run_delay_reader
+    read = run_delay_reader()
+    first = read()
+    sum(range(200_000))
+    assert 0.0 <= first <= read()
+
+    def refuse(*a, **k):
+        raise OSError("no /proc here")
+    monkeypatch.setattr(os, "open", refuse)
+    assert run_delay_reader()() == 0.0

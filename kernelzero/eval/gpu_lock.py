@@ -2,24 +2,32 @@
 
 Correctness trials, model builds and spare workers' CUDA start-up only need the GPU to compute the
 right values, so several may run at once (`GpuLock(shared=True)`). A timing needs a quiet GPU, so
-it takes the lock exclusively (`GpuLock()`): it waits for the shared holders to finish, and new
-shared holders wait for it (writer preference, so a steady stream of correctness phases never
-starves timing).
+it takes the lock exclusively (`GpuLock()`): it waits for the shared holders to finish.
+
+Timings first: while any timing waits, new shared holders wait, and they go only once no timing
+is left waiting (timings that queue up behind each other run back to back). Each timing needs a
+shared phase before it (its candidate's correctness trials), so the timings' queue drains and
+shared holders are never starved; meanwhile they pile up, and then run side by side in one
+burst. A lock that lets a shared holder in between two queued timings (this lock until the
+eleventh session) spends the GPU in many short bursts of one or two holders, each as long as a
+whole correctness phase, which is mostly host work (docs/perf.md, eleventh session).
 
 Held by the judge (never by a worker, so a candidate cannot hold it), as `fcntl` file locks per
 visible device set, which also order evaluators in other processes on the same machine (several
-trainers, Ray actors). Each acquisition opens its own file description, so threads of one process
-exclude each other exactly like processes do. The kernel releases a file lock when its holder
-dies, so a crashed judge never blocks the GPU.
+trainers, Ray actors). Each acquisition opens its own file descriptions, so threads of one
+process exclude each other exactly like processes do. The kernel releases a file lock when its
+holder dies, so a crashed judge never blocks the GPU.
 
 Diagnostics: with `KZ_GPU_LOCK_TRACE=FILE` every acquisition appends `time pid thread mode
 event what` lines (event: wait, hold, free; what: the holder's label, e.g. `ref_run`) to FILE,
 from every judge process; bench/eval_throughput.py turns them into how much of a batch's wall
 time the GPU was timed, shared or idle, and what held it.
 
-Writer preference across processes uses a second file, the gate: every acquirer passes through it
-(exclusively), but an exclusive acquirer keeps the gate until it holds the main lock, so shared
-acquirers that arrive later queue behind it.
+How waiting timings are counted across processes: a second file, `<lock>.timings`. A timing
+holds it shared from the moment it starts waiting until it holds the main lock. A shared
+acquirer takes it exclusively (and lets go at once) before it asks for the main lock, which it
+can only do while no timing waits, and checks it again once it holds the main lock: if a timing
+started waiting in between, it lets go of the main lock and waits again.
 """
 from __future__ import annotations
 
@@ -40,26 +48,47 @@ class GpuLock:
 
     def __enter__(self):
         _trace(self.shared, "wait", self.what)
-        gate = open(self.path + ".gate", "a+")
-        try:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            fh = open(self.path, "a+")
-            try:
-                fcntl.flock(fh, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
-            except BaseException:
-                fh.close()
-                raise
-        finally:
-            gate.close()  # closing releases the gate
-        self._fh = fh
+        self._fh = self._enter_shared() if self.shared else self._enter_exclusive()
         _trace(self.shared, "hold", self.what)
         return self
+
+    def _enter_exclusive(self):
+        waiting = open(self.path + ".timings", "a+")
+        try:
+            fcntl.flock(waiting, fcntl.LOCK_SH)  # counted among the waiting timings ...
+            return _flocked(self.path, fcntl.LOCK_EX)
+        finally:
+            waiting.close()  # ... until it holds the lock
+
+    def _enter_shared(self):
+        while True:
+            with open(self.path + ".timings", "a+") as waiting:
+                fcntl.flock(waiting, fcntl.LOCK_EX)  # passes once no timing waits
+            fh = _flocked(self.path, fcntl.LOCK_SH)
+            # A timing that queued while this one waited for the lock goes first. (Another
+            # shared acquirer's check at the same instant also fails this: it only costs a retry.)
+            with open(self.path + ".timings", "a+") as waiting:
+                try:
+                    fcntl.flock(waiting, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return fh
+                except BlockingIOError:
+                    fh.close()
 
     def __exit__(self, *exc):
         fh, self._fh = self._fh, None
         if fh is not None:
             fh.close()  # closing releases the lock
             _trace(self.shared, "free", self.what)
+
+
+def _flocked(path: str, mode: int):
+    fh = open(path, "a+")
+    try:
+        fcntl.flock(fh, mode)
+    except BaseException:
+        fh.close()
+        raise
+    return fh
 
 
 def _trace(shared: bool, event: str, what: str) -> None:

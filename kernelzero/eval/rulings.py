@@ -103,6 +103,8 @@ def timed_verdict(cfg: EvalConfig, gpu_name: str | None, ref: ReferenceRun, back
         v.flags.append("timing_unconfirmed")
     if reply.get("work_after_stream"):  # its times include that work (see worker.time)
         v.flags.append("work_after_stream")
+    if reply.get("host_busy"):  # ... and maybe the host's lateness too: an upper bound (timer.py)
+        v.flags.append("busy_host")
     return v
 
 

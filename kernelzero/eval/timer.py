@@ -30,11 +30,32 @@ earlier call. Per call, in stream order:
   stream, a background thread): the reply says `work_after_stream` and only those calls' times
   count, each including that work. (The fifth version synchronised after every call, which left
   the GPU waiting for the host between calls: 0.6-0.85 ms per call on the H200.)
+- A busy host is not work after the call: a gap also holds any time the host thread spent
+  waiting for a CPU (other processes ran there) when the GPU finished, and on a host whose
+  cores are all busy that read like late work (0.17x-0.44x for identical candidates on the
+  H200). A driver that spins through a long wait is preempted there, so for a call longer than
+  SPIN_MS the host sleeps until the GPU reaches the call's start event (a blocking event: a
+  woken thread runs soon), sleeps on for all but SPIN_MS of the call, and only then
+  synchronizes the device (spinning). It reads how long it waited for a CPU meanwhile (the
+  kernel's run-queue delay for this thread, /proc schedstat): a synchronize that waited more
+  than RUN_DELAY_MS, or one whose call had already ended when it began (the host overslept),
+  is disturbed. Once one is, calls are synchronised more often, so that MIN_SYNCED undisturbed
+  ones are seen before the loop ends. The loop judges on the gaps of undisturbed synchronizes,
+  and a late loop's times are those calls', whenever MIN_SYNCED of them exist; otherwise on
+  every gap and call as before, and the reply says `host_busy` (the times are then an upper
+  bound: a module that keeps the host's CPUs busy gains nothing by it; a host without
+  schedstat is judged as before). A reference's loop (`late_counts` false) always reports its
+  calls' own times: an upper bound of the reference's time would inflate every speedup against
+  it (14x for an identical candidate on a busy host). Sleeping through the whole wait instead
+  (a blocking end event) woke 0.1-0.3 ms late on an idle host, read as late work in 22 of 30
+  loops.
 - `cudaCtxResetPersistingL2Cache` before every call, so persisting L2 lines cannot survive the
   flush (its host time is reported, `l2_reset_ms`).
 """
 from __future__ import annotations
 
+import math
+import os
 import random
 import statistics
 import time
@@ -47,20 +68,24 @@ LATE_MS = 0.06    # work after the call counts once the median gap exceeds the l
                   # (0.03 was too thin: honest loops under host load showed gaps 0.03-0.04 ms
                   # beyond the latency on the H200, and their times then counted those gaps)
 LEAD_MAX_MS = 2.0
+RUN_DELAY_MS = 0.02  # a synchronize whose host thread waited longer for a CPU is disturbed
+SPIN_MS = 1.0       # the host spins through the last this much of a synchronised call, no more
 
 
 def capture_primitives(torch) -> dict:
     """Timing primitives taken before untrusted code loads. The C-level methods of
     `_CudaEventBase` cannot be monkeypatched (built-in type), unlike `torch.cuda.Event`'s."""
     base = getattr(torch._C, "_CudaEventBase", None)
-    return {"clock": time.perf_counter, "Event": torch.cuda.Event, "l2_reset": None,
+    return {"clock": time.perf_counter, "run_delay": run_delay_reader(),
+            "Event": torch.cuda.Event, "l2_reset": None,
             "stream": torch.cuda.current_stream,
             "sync": getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize),
             "gpu_sleep": getattr(torch._C, "_cuda_sleep", None),  # spin `cycles` on the stream
             "record": getattr(base, "record", None) or (lambda ev, s: ev.record(s)),
             "elapsed": getattr(base, "elapsed_time", None) or (lambda a, b: a.elapsed_time(b)),
             "query": getattr(base, "query", None) or (lambda ev: ev.query()),
-            "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize())}
+            "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize()),
+            "sleep": time.sleep}
 
 
 def l2_reset_function():
@@ -102,20 +127,25 @@ def time_calls(worker, cmd: dict) -> dict:
     def new_event():
         return prim["Event"](enable_timing=True)
 
-    starts, ends = [new_event() for _ in range(max_n)], [new_event() for _ in range(max_n)]
+    # a host waiting for a start event sleeps (see the docstring: busy hosts)
+    starts = [prim["Event"](enable_timing=True, blocking=True) for _ in range(max_n)]
+    ends = [new_event() for _ in range(max_n)]
     probe = new_event(), new_event()
     flush_ms = flush_gpu_ms(prim, stream, flush, *probe)  # events made here are never timed
     latency = sync_latency_ms(prim, stream, flush, *probe)
     afters: dict[int, object] = {}  # synchronised call -> its event after the synchronize
     pick = random.SystemRandom()    # which calls are synchronised: not derivable from the seeds
     allocs = _allocator_counts(torch, worker.device)
-    launch_bound, same_address, spins, l2_reset_s, outputs, gaps = 0, 0, [], 0.0, {}, []
+    launch_bound, same_address, spins, l2_reset_s, outputs = 0, 0, [], 0.0, {}
+    # unchecked synchronised call -> (its gap, ms its host thread waited for a CPU meanwhile)
+    sampled: dict[int, tuple[float, float]] = {}
     covered = False  # whether queued GPU work lies ahead of the next call (then no spin)
     t_done: list[float] = []  # the times of the calls up to the last synchronised one
 
     def settled() -> bool:  # enough calls and gaps seen for the stopping rule to apply
-        return n >= first_stop and len(gaps) >= MIN_SYNCED and (
-            len(gaps) >= SETTLE_SYNCED or not _late(gaps, t_done, latency))
+        return n >= first_stop and len(sampled) >= MIN_SYNCED and (
+            len(sampled) >= SETTLE_SYNCED or not _late(_gaps(sampled, _evidence(sampled)),
+                                                        t_done, latency))
 
     args = worker.make_inputs(int(seeds[0]))
     seen = _addresses(torch, args)
@@ -150,15 +180,19 @@ def time_calls(worker, cmd: dict) -> dict:
             outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
         n = i + 1
         last = n == max_n or (settled() and prim["clock"]() - t_start > budget)
-        if last or pick.random() < p_sync:
-            prim["sync"]()  # everything queued so far, on every stream, is done
+        if last or pick.random() < _sync_chance(p_sync, sampled, max_n - n):
             afters[i] = new_event()
+            delay = prim["run_delay"]()
+            # asleep while the call has more than SPIN_MS to go (by the fastest call so far) ...
+            overslept = _sleep_into(prim, starts[i], ends[i], min(t_done, default=0.0))
+            prim["sync"]()  # ... then everything queued so far, on every stream, is done
             prim["record"](afters[i], stream)
+            waited = math.inf if overslept else prim["run_delay"]() - delay
             covered = False
             prim["ev_sync"](afters[i])  # at once: the GPU has nothing else left
             t_done += [prim["elapsed"](starts[k], ends[k]) for k in range(len(t_done), n)]
             if i not in checked:
-                gaps.append(prim["elapsed"](starts[i], afters[i]) - t_done[i])
+                sampled[i] = (prim["elapsed"](starts[i], afters[i]) - t_done[i], waited)
         # This call's inputs are dropped before the next are drawn (same blocks, new values);
         # the draw is queued behind the call's end event, and the GPU runs it there.
         out = args = None
@@ -172,14 +206,17 @@ def time_calls(worker, cmd: dict) -> dict:
     loop_ms = 1e3 * (prim["clock"]() - t_start)
     t_stream = [prim["elapsed"](starts[k], ends[k]) for k in range(n)]
     t_after = {k: prim["elapsed"](starts[k], ev) for k, ev in afters.items()}
-    gap = statistics.median(gaps) if gaps else 0.0
-    late = _late(gaps, t_stream, latency)
+    evidence = _evidence(sampled)
+    gap = statistics.median(_gaps(sampled, evidence)) if evidence else 0.0
+    late = _late(_gaps(sampled, evidence), t_stream, latency)
+    waits = [w for _, w in sampled.values()]
     # Work that outlived its call is only seen after a synchronize: then only those calls count.
-    times = [max(t_stream[k], t_after[k] - latency) for k in sorted(t_after)
-             if k not in checked] if late else t_stream
+    times = [max(t_stream[k], t_after[k] - latency) for k in evidence] \
+        if late and cmd.get("late_counts", True) else t_stream
     between = [prim["elapsed"](ends[k - 1], starts[k]) for k in range(1, n) if k - 1 not in afters]
     after_allocs = _allocator_counts(torch, worker.device)
     return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
+            "host_busy": late and len(evidence) > sum(w <= RUN_DELAY_MS for w in waits),
             "warmup_calls": warm_n, "launch_lead_cycles": int(rate * lead_ms),
             "launch_lead_ms": lead_ms, "spin_ms_median": statistics.median(spins),
             "spun_calls": sum(s > 0 for s in spins), "synced_calls": len(afters),
@@ -188,11 +225,69 @@ def time_calls(worker, cmd: dict) -> dict:
             "launch_bound_calls": launch_bound, "same_address_calls": same_address,
             "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
             "sync_latency_ms": latency, "after_stream_gap_ms": gap,
+            "disturbed_syncs": sum(not w <= RUN_DELAY_MS for w in waits),
+            "run_delay_ms_max": max((w for w in waits if w < math.inf), default=0.0),
             "calls": n, "loop_ms": loop_ms,
             # the whole command in the worker (warm-up and calibration too): what the judge's
             # timing_s holds beyond it is the request's round trip
             "command_ms": 1e3 * (prim["clock"]() - t_command),
             "overhead_ms_per_call": loop_ms / n - statistics.median(times)}
+
+
+def _sleep_into(prim, start, end, call_ms: float) -> bool:
+    """For a call expected to take more than SPIN_MS: sleep until the GPU reaches its start
+    event, then for all but SPIN_MS of it. Whether its end had already passed when the host
+    woke (the sleep overshot: the gap then holds the host's lateness)."""
+    if call_ms <= SPIN_MS:
+        return False
+    prim["ev_sync"](start)
+    prim["sleep"]((call_ms - SPIN_MS) / 1e3)
+    return bool(prim["query"](end))
+
+
+def run_delay_reader():
+    """A function giving the milliseconds the calling thread has waited on a run queue so far
+    (ready to run, no CPU free), from /proc/thread-self/schedstat; where that cannot be read it
+    gives 0 (no synchronize counts as disturbed: every gap is judged, as before)."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        pread = os.pread
+        int(pread(fd, 128, 0).split()[1])
+    except (OSError, ValueError, IndexError):
+        return lambda: 0.0
+    # The file names the thread that opened it: read from another thread, it says nothing of the
+    # caller. The worker opens it in the thread that runs its commands.
+
+    def read() -> float:
+        try:
+            return int(pread(fd, 128, 0).split()[1]) / 1e6
+        except (OSError, ValueError, IndexError):  # the module closed or replaced the descriptor
+            return 0.0
+    return read
+
+
+def _evidence(sampled: dict[int, tuple[float, float]]) -> list[int]:
+    """The sampled calls to judge late work on: those whose synchronize the host thread waited
+    out without waiting for a CPU, when there are MIN_SYNCED of them; otherwise all (a host too
+    busy to tell, or a module that keeps its CPUs busy, is judged as if every gap were clean)."""
+    clean = [k for k, (_, w) in sampled.items() if w <= RUN_DELAY_MS]
+    return clean if len(clean) >= MIN_SYNCED else sorted(sampled)
+
+
+def _gaps(sampled: dict[int, tuple[float, float]], calls: list[int]) -> list[float]:
+    return [sampled[k][0] for k in calls]
+
+
+def _sync_chance(p_sync: float, sampled: dict[int, tuple[float, float]], left: int) -> float:
+    """The chance this call is synchronised: p_sync, raised once a synchronize was disturbed so
+    that the calls left are likely to hold the undisturbed ones still missing (half as many
+    tries again as the share of undisturbed ones so far says are needed)."""
+    clean = sum(w <= RUN_DELAY_MS for _, w in sampled.values())
+    missing = MIN_SYNCED - clean
+    if missing <= 0 or clean == len(sampled):
+        return p_sync
+    share = (clean + 1) / (len(sampled) + 2)
+    return max(p_sync, min(1.0, 1.5 * missing / share / max(1, left)))
 
 
 def _late(gaps: list[float], times: list[float], latency: float) -> bool:
@@ -286,16 +381,21 @@ def _allocator_counts(torch, device: str) -> dict:
 def sync_latency_ms(prim, stream, flush, end, after, n: int = 11) -> float:
     """Median gap between an event recorded behind a short piece of work (an L2 flush) and one
     recorded once a device-wide synchronize has waited for it: what the third event of a timed
-    call adds when the call left no work behind (the host waits on a busy GPU, as in the loop)."""
-    gaps = []
+    call adds when the call left no work behind (the host waits on a busy GPU, as in the loop).
+    The median is of the samples in which the host thread did not wait for a CPU, when 3 or more
+    did not (a busy host's others hold the time it waited)."""
+    gaps, waits = [], []
     for _ in range(n):
         flush.zero_()
         prim["record"](end, stream)
+        delay = prim["run_delay"]()
         prim["sync"]()
         prim["record"](after, stream)
+        waits.append(prim["run_delay"]() - delay)
         prim["ev_sync"](after)
         gaps.append(prim["elapsed"](end, after))
-    return statistics.median(gaps)
+    clean = [g for g, w in zip(gaps, waits) if w <= RUN_DELAY_MS]
+    return statistics.median(clean if len(clean) >= 3 else gaps)
 
 
 def spread_ok(times: list[float], rel: float) -> bool:
