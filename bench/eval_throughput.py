@@ -312,10 +312,14 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             ready = ev.warm_up()
             warm_up_s = time.perf_counter() - t0
             t0, w0 = time.perf_counter(), time.time()
+        load_before = os.getloadavg()[0]
         with InterpreterLag() as lag, CollectorPauses() as pauses:
             verdicts = ev.judge_many(pairs)
         ref_phases = dict(ev.reference_phases)
         wall, w1 = time.perf_counter() - t0, time.time()
+        # how busy the host's CPUs were (1-minute load averages; other jobs show here)
+        host_load = {"cpus": os.cpu_count(), "load_1m_before": load_before,
+                     "load_1m_after": os.getloadavg()[0]}
     os.environ.pop("KZ_GPU_LOCK_TRACE", None)
     gpu_lock = lock_timeline(trace, w0, w1)
     Path(trace).unlink(missing_ok=True)
@@ -355,7 +359,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
             "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
             "timed_loops": timed_loops(verdicts), "transfer": cfg.transfer_mode,
-            "gpu": verdicts[0].env.get("gpu"), "rows": rows}
+            "host_load": host_load, "gpu": verdicts[0].env.get("gpu"), "rows": rows}
 
 
 def repeatability(workers: int, save=None, names: list[str] | None = None) -> dict:
@@ -468,7 +472,9 @@ def report_throughput(tp: dict) -> None:
               f"ref {r['ref_ms'] or 0:9.3f} ms  wall {r['wall_s']:6.1f} s  {r['reason'][:60]}")
     print(f"{tp['candidates']} candidates ({tp['correct']} correct) on {tp['gpu']} "
           f"[size x{tp['size_scale']}, {tp['clock']} clock, {tp['start_method']} workers, "
-          f"{tp['transfer']}, {tp['workers']} at once]: wall {tp['wall_s']:.1f} s, "
+          f"{tp['transfer']}, {tp['workers']} at once, host load "
+          f"{tp['host_load']['load_1m_after']:.1f} on {tp['host_load']['cpus']} CPUs]: "
+          f"wall {tp['wall_s']:.1f} s, "
           f"GPU work {tp['gpu_s']:.1f} s -> wall/GPU = {tp['wall_over_gpu']:.2f}x "
           f"(KernelBench's evaluator: 402 s / 19 s = 21x)")
     print("  summed per-candidate phases (s): " +
