@@ -154,6 +154,7 @@ fi
 if [ "$part" = ab ]; then  # ~1.3 min a pair on 1 GPU: A (this tree) and B alternating, KZ_CPU_LOAD busy processes beside
   load=()
   for _ in $(seq 1 "${KZ_CPU_LOAD:-0}"); do $PY -c 'while True: pass' & load+=($!); done
+  [ ${#load[@]} -gt 0 ] && trap 'kill "${load[@]}" 2>/dev/null' EXIT  # also when cut short
   echo "busy processes beside the runs: ${#load[@]} (on $(nproc) cores)" | tee -a "$R/summary.txt"
   tag=${KZ_AB_TAG:-ab}
   for k in $(seq 1 "${KZ_AB_ROUNDS:-2}"); do
