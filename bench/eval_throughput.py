@@ -126,13 +126,18 @@ def timed_loops(verdicts) -> dict:
             "l2_reset_ms": sum(d.get("l2_reset_ms", 0.0) for d in loops)}
 
 
+def _candidate_loop(v) -> dict:
+    """The candidate's timed-loop diagnostics of a verdict (empty when it was not timed)."""
+    return (v.timing_details or {}).get("candidate", {})
+
+
 def _round_trips(verdicts) -> dict:
     """The judge's time around each candidate's timing command beyond the worker's own time for
     it (pipe round trip, reading the reply, waking up): summed and the largest, in ms. A loop
     timed twice (`retimed`) is left out: the judge's time then holds both commands."""
     extra = [1e3 * v.phases_s["timing_s"] - d["command_ms"] for v in verdicts
              if "timing_s" in (v.phases_s or {})
-             and "command_ms" in (d := (v.timing_details or {}).get("candidate", {}))
+             and "command_ms" in (d := _candidate_loop(v))
              and not d.get("retimed")]
     return {"n": len(extra), "sum_ms": sum(extra), "max_ms": max(extra)} if extra else {}
 
@@ -334,11 +339,11 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
     rows = [{"candidate": c.name, "status": v.status, "runtime_ms": v.runtime_ms.median_ms if v.runtime_ms else None,
              "ref_ms": v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None,
              "speedup": v.speedup, "flags": v.flags, "wall_s": v.wall_s, "phases_s": v.phases_s,
-             "retimed": bool((v.timing_details or {}).get("candidate", {}).get("retimed")),
+             "retimed": bool(_candidate_loop(v).get("retimed")),
              # the worker's own time for the timing command (timing_s beyond it: round trip)
-             "timing_command_ms": (v.timing_details or {}).get("candidate", {}).get("command_ms"),
-             "timing_loop_ms": (v.timing_details or {}).get("candidate", {}).get("loop_ms"),
-             **{k: (v.timing_details or {}).get("candidate", {}).get(k) for k in
+             "timing_command_ms": _candidate_loop(v).get("command_ms"),
+             "timing_loop_ms": _candidate_loop(v).get("loop_ms"),
+             **{k: _candidate_loop(v).get(k) for k in
                 ("after_stream_gap_ms", "sync_latency_ms", "disturbed_syncs", "run_delay_ms_max")},
              "reason": v.reason[:160]}
             for (_, c), v in zip(pairs, verdicts)]

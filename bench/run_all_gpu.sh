@@ -166,7 +166,6 @@ if [ "$part" = ab ]; then  # ~1.3 min a pair on 1 GPU: A (this tree) and B alter
       eval "CUDA_VISIBLE_DEVICES=0 step $(x1 ${tag}${k}_B ${KZ_AB_ARGS:-})"
     fi
   done
-  [ ${#load[@]} -gt 0 ] && kill "${load[@]}" 2>/dev/null
 fi
 
 if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2

@@ -216,7 +216,7 @@ def time_calls(worker, cmd: dict) -> dict:
     between = [prim["elapsed"](ends[k - 1], starts[k]) for k in range(1, n) if k - 1 not in afters]
     after_allocs = _allocator_counts(torch, worker.device)
     return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-            "host_busy": late and len(evidence) > sum(w <= RUN_DELAY_MS for w in waits),
+            "host_busy": late and len(evidence) > sum(map(_undisturbed, waits)),
             "warmup_calls": warm_n, "launch_lead_cycles": int(rate * lead_ms),
             "launch_lead_ms": lead_ms, "spin_ms_median": statistics.median(spins),
             "spun_calls": sum(s > 0 for s in spins), "synced_calls": len(afters),
@@ -225,7 +225,7 @@ def time_calls(worker, cmd: dict) -> dict:
             "launch_bound_calls": launch_bound, "same_address_calls": same_address,
             "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
             "sync_latency_ms": latency, "after_stream_gap_ms": gap,
-            "disturbed_syncs": sum(not w <= RUN_DELAY_MS for w in waits),
+            "disturbed_syncs": sum(not _undisturbed(w) for w in waits),
             "run_delay_ms_max": max((w for w in waits if w < math.inf), default=0.0),
             "calls": n, "loop_ms": loop_ms,
             # the whole command in the worker (warm-up and calibration too): what the judge's
@@ -270,8 +270,19 @@ def _evidence(sampled: dict[int, tuple[float, float]]) -> list[int]:
     """The sampled calls to judge late work on: those whose synchronize the host thread waited
     out without waiting for a CPU, when there are MIN_SYNCED of them; otherwise all (a host too
     busy to tell, or a module that keeps its CPUs busy, is judged as if every gap were clean)."""
-    clean = [k for k, (_, w) in sampled.items() if w <= RUN_DELAY_MS]
-    return clean if len(clean) >= MIN_SYNCED else sorted(sampled)
+    calls = sorted(sampled)
+    return _clean_or_all(calls, [sampled[k][1] for k in calls], MIN_SYNCED)
+
+
+def _undisturbed(wait_ms: float) -> bool:
+    return wait_ms <= RUN_DELAY_MS
+
+
+def _clean_or_all(items: list, waits: list[float], at_least: int) -> list:
+    """The items whose host thread did not wait for a CPU, when at least `at_least` did not;
+    otherwise all of them (the loop's evidence, and the latency calibration's samples)."""
+    clean = [x for x, w in zip(items, waits) if _undisturbed(w)]
+    return clean if len(clean) >= at_least else list(items)
 
 
 def _gaps(sampled: dict[int, tuple[float, float]], calls: list[int]) -> list[float]:
@@ -282,7 +293,7 @@ def _sync_chance(p_sync: float, sampled: dict[int, tuple[float, float]], left: i
     """The chance this call is synchronised: p_sync, raised once a synchronize was disturbed so
     that the calls left are likely to hold the undisturbed ones still missing (half as many
     tries again as the share of undisturbed ones so far says are needed)."""
-    clean = sum(w <= RUN_DELAY_MS for _, w in sampled.values())
+    clean = sum(_undisturbed(w) for _, w in sampled.values())
     missing = MIN_SYNCED - clean
     if missing <= 0 or clean == len(sampled):
         return p_sync
@@ -394,8 +405,7 @@ def sync_latency_ms(prim, stream, flush, end, after, n: int = 11) -> float:
         waits.append(prim["run_delay"]() - delay)
         prim["ev_sync"](after)
         gaps.append(prim["elapsed"](end, after))
-    clean = [g for g, w in zip(gaps, waits) if w <= RUN_DELAY_MS]
-    return statistics.median(clean if len(clean) >= 3 else gaps)
+    return statistics.median(_clean_or_all(gaps, waits, 3))
 
 
 def spread_ok(times: list[float], rel: float) -> bool:
