@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from kernelzero.tasks import Task
+from kernelzero.tasks import Task, canonical_source
 
 EXAMPLE_REFERENCE = '''import torch
 import torch.nn as nn
@@ -163,27 +163,32 @@ def detect_gpu_facts(device_index: int = 0) -> GPUFacts | None:
                     sm_count=props.multi_processor_count)
 
 
+STYLES = ("kernelbench", "principles", "compact")
+
+
 @dataclass
 class PromptConfig:
     """How the prompt is worded.
 
     backend: kernel language asked for, `triton` or `cuda`.
-    style: `kernelbench` (KernelBench's one-shot prompt) or `principles` (the cold-start variant
-        that also states the optimisation principles).
+    style: `kernelbench` (KernelBench's one-shot prompt), `principles` (the cold-start variant
+        that also states the optimisation principles) or `compact` (one user message: a line
+        naming the kernel language, then the module as `canonical_source` writes it; no
+        system message, no example: the prompt of the small Coders trained from scratch).
     gpu: facts about the target GPU to state, or None to state none.
     example: include the worked example (an elementwise add rewritten as a kernel).
     """
 
     backend: Literal["triton", "cuda"] = "triton"
-    style: Literal["kernelbench", "principles"] = "kernelbench"
+    style: Literal["kernelbench", "principles", "compact"] = "kernelbench"
     gpu: GPUFacts | None = None
     example: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in LANG:
             raise ValueError(f"PromptConfig.backend={self.backend!r}: use triton or cuda")
-        if self.style not in ("kernelbench", "principles"):
-            raise ValueError(f"PromptConfig.style={self.style!r}: use kernelbench or principles")
+        if self.style not in STYLES:
+            raise ValueError(f"PromptConfig.style={self.style!r}: use one of {', '.join(STYLES)}")
 
 
 def system_message(config: PromptConfig) -> str:
@@ -222,6 +227,12 @@ def user_message(task: Task, config: PromptConfig) -> str:
     return "\n\n".join(parts)
 
 
+def compact_message(task: Task, config: PromptConfig) -> str:
+    """The compact prompt: what to write, then the module in canonical form."""
+    lang = LANG[config.backend][1]
+    return f"ModelNew with {lang} kernels for:\n```python\n{canonical_source(task.source)}```"
+
+
 def task_meta(task: Task, sample: int = 0, turn: int = 1) -> dict:
     """What a backend needs to know about the request besides its text (used by `replay:`)."""
     return {"task": task.key, "task_hash": task.hash, "level": task.level,
@@ -232,6 +243,9 @@ def build_prompt(task: Task, config: PromptConfig | None = None, sample: int = 0
     """The first-turn chat for `task`. `sample` is the index of the first completion asked for
     (recorded in the metadata so a replay can continue an interrupted run)."""
     config = config or PromptConfig()
+    if config.style == "compact":
+        return [{"role": "user", "content": compact_message(task, config),
+                 "meta": task_meta(task, sample=sample)}]
     return [{"role": "system", "content": system_message(config)},
             {"role": "user", "content": user_message(task, config),
              "meta": task_meta(task, sample=sample)}]

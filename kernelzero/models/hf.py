@@ -22,11 +22,16 @@ class HFConfig:
     device: `auto` (CUDA when available, else CPU), `cpu`, `cuda` or `cuda:N`.
     dtype: `auto` (bf16 on CUDA, fp32 on CPU), `float32`, `bfloat16` or `float16`.
     max_batch_rows: most sequences (prompts x n) decoded at once; prompts are split to fit.
+    fast: sample with kernelzero.models.fastgen (static KV cache; a CUDA graph per decode step on
+        a GPU) when the model's architecture is one it reimplements (Qwen2, Llama); otherwise,
+        and with False, transformers' `generate`.
     """
 
     device: str = "auto"
     dtype: str = "auto"
     max_batch_rows: int = 32
+    fast: bool = True
+    fast_batch_rows: int = 256
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -63,6 +68,20 @@ class HFBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype))
         self.model.to(device).eval()
+        self._fast = None  # FastGenerator, built at the first call that needs one
+
+    def _fast_generator(self, rows: int, length: int):
+        """The static-cache sampler, rebuilt only when a call needs more rows or positions."""
+        from kernelzero.models import fastgen
+
+        if not (self.config.fast and fastgen.supports(self.model)):
+            return None
+        g = self._fast
+        if g is None or g.config.max_batch < rows or g.config.max_len < length:
+            cfg = fastgen.FastGenConfig(max_batch=max(rows, g.config.max_batch if g else 0),
+                                        max_len=max(length, g.config.max_len if g else 0))
+            self._fast = g = fastgen.FastGenerator(self.model, cfg, device=self.device)
+        return g
 
     def render(self, prompt: Prompt) -> str:
         """The text the model is conditioned on for one chat."""
@@ -73,7 +92,12 @@ class HFBackend:
 
     def generate(self, prompts: list[Prompt], n: int, sampling: SamplingConfig) -> list[list[str]]:
         check_request(prompts, n)
-        per_batch = max(1, self.config.max_batch_rows // n)
+        from kernelzero.models import fastgen
+
+        rows = self.config.max_batch_rows
+        if self.config.fast and fastgen.supports(self.model):
+            rows = max(rows, self.config.fast_batch_rows)
+        per_batch = max(1, rows // n)
         out: list[list[str]] = []
         for b, start in enumerate(range(0, len(prompts), per_batch)):
             batch = prompts[start:start + per_batch]
@@ -85,6 +109,20 @@ class HFBackend:
                         seed: int | None) -> list[list[str]]:
         import torch
 
+        ids = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        greedy = sampling.temperature == 0
+        rows = len(texts) * (1 if greedy else n)
+        fast = self._fast_generator(rows, max(map(len, ids)) + sampling.max_new_tokens)
+        if fast is not None:
+            eos = self.tokenizer.eos_token_id
+            outs = fast.generate([x for x in ids for _ in range(1 if greedy else n)],
+                                 sampling.max_new_tokens, temperature=sampling.temperature,
+                                 top_p=sampling.top_p, eos_token_ids=[eos],
+                                 pad_token_id=self.tokenizer.pad_token_id, seed=seed)
+            decoded = self.tokenizer.batch_decode(outs, skip_special_tokens=True)
+            if greedy:
+                decoded = [d for d in decoded for _ in range(n)]
+            return [decoded[i * n:(i + 1) * n] for i in range(len(texts))]
         enc = self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         enc = {k: v.to(self.device) for k, v in enc.items()}
         greedy = sampling.temperature == 0

@@ -13,15 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
-
-# ChatML, as Qwen models use it. The generation prompt opens an assistant turn.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
+from kernelzero.models.scratch import (CHAT_TEMPLATE, MARKER, SPECIAL_TOKENS, ModelPreset,  # noqa: F401
+                                       build_model, train_tokenizer)
 
 _CORPUS = [
     "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n",
@@ -77,22 +70,7 @@ def corpus() -> list[str]:
 
 def build_tokenizer(vocab_size: int = 1024):
     """A byte-level BPE `PreTrainedTokenizerFast` trained on `corpus()`, with a chat template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-        bos_token=None, unk_token=None, additional_special_tokens=["<|im_start|>"],
-        padding_side="left")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return train_tokenizer(corpus(), vocab_size)
 
 
 def build_tiny_model(out_dir: str | Path, vocab_size: int = 1024, seed: int = 0,
@@ -105,34 +83,14 @@ def build_tiny_model(out_dir: str | Path, vocab_size: int = 1024, seed: int = 0,
     seed: seeds the weight initialisation (tokenizer training is deterministic by itself).
     hidden_size / num_layers: model width and depth (~1M parameters at the defaults).
     """
-    if vocab_size < 256 + len(SPECIAL_TOKENS):
-        raise ValueError(f"vocab_size={vocab_size}: must be at least {256 + len(SPECIAL_TOKENS)}")
     if hidden_size % 32:
         raise ValueError(f"hidden_size={hidden_size}: must be a multiple of 32 (4 heads of >= 8)")
-    import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(vocab_size)
-    tokenizer.save_pretrained(out)
-
-    config = Qwen2Config(
-        vocab_size=-(-len(tokenizer) // 64) * 64, hidden_size=hidden_size,
-        intermediate_size=hidden_size * 3, num_hidden_layers=num_layers,
-        num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=max_position_embeddings, tie_word_embeddings=True,
-        bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id)
-    devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-    model.generation_config = GenerationConfig(
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    model.save_pretrained(out)
+    preset = ModelPreset(hidden=hidden_size, layers=num_layers, heads=4, kv_heads=2,
+                         intermediate=hidden_size * 3, vocab_size=vocab_size,
+                         max_positions=max_position_embeddings)
+    out = build_model(out_dir, build_tokenizer(vocab_size), preset, seed=seed)
+    meta = json.loads((out / MARKER).read_text())
     (out / "kernelzero_tiny.json").write_text(json.dumps(
         {"vocab_size": vocab_size, "seed": seed, "hidden_size": hidden_size,
-         "num_layers": num_layers, "parameters": sum(p.numel() for p in model.parameters())},
-        indent=1) + "\n")
+         "num_layers": num_layers, "parameters": meta["parameters"]}, indent=1) + "\n")
     return out

@@ -1,4 +1,4 @@
-from kernelzero.tasks.task import (Candidate, Task, detect_backend, find_samples, load_tasks,
-                                   source_hash)
+from kernelzero.tasks.task import (Candidate, Task, canonical_source, detect_backend, find_samples,
+                                   load_tasks, source_hash)
 
-__all__ = ["Candidate", "Task", "detect_backend", "find_samples", "load_tasks", "source_hash"]
+__all__ = ["Candidate", "Task", "canonical_source", "detect_backend", "find_samples", "load_tasks", "source_hash"]

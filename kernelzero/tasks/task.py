@@ -33,6 +33,24 @@ def parse_python(source: str) -> ast.Module:
         return ast.parse(source)
 
 
+def canonical_source(source: str) -> str:
+    """The module as `ast.unparse` writes it, without docstrings and comments: one spelling of
+    whitespace, quotes and numbers, so a small model reads `x*0.50  # scale` and `x * 0.5` as the
+    same text. A source that does not parse is returned stripped, unchanged."""
+    try:
+        tree = parse_python(source)
+    except (SyntaxError, ValueError):
+        return source.strip() + "\n"
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    with _PARSE_LOCK:
+        return ast.unparse(tree).strip() + "\n"
+
+
 def source_hash(source: str) -> str:
     """Content hash of a source file: sha256 of its text with line endings normalised."""
     text = source.replace("\r\n", "\n").strip() + "\n"

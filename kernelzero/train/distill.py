@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelzero.coder.prompts import STYLES
 from kernelzero.tasks import Task
 
 
@@ -29,8 +30,8 @@ class DistillConfig:
         where nothing is timed, the first correct one).
     backend: kernel language asked for (`triton` or `cuda`).
     temperature / max_new_tokens / seed: teacher sampling.
-    prompt_style: `kernelbench`, or `principles` (the cold-start prompt that states the
-        optimisation principles).
+    prompt_style: `kernelbench`, `principles` (the cold-start prompt that states the
+        optimisation principles) or `compact` (the small from-scratch Coders' prompt).
     """
 
     teacher: str
@@ -47,8 +48,8 @@ class DistillConfig:
             raise ValueError(f"k={self.k}: must be >= 1")
         if self.backend not in ("triton", "cuda"):
             raise ValueError(f"backend={self.backend!r}: choose triton or cuda")
-        if self.prompt_style not in ("kernelbench", "principles"):
-            raise ValueError(f"prompt_style={self.prompt_style!r}: choose kernelbench or principles")
+        if self.prompt_style not in STYLES:
+            raise ValueError(f"prompt_style={self.prompt_style!r}: choose one of {', '.join(STYLES)}")
 
 
 def load_task_source(spec: str | Path) -> list[Task]:

@@ -3,13 +3,24 @@ LoRA optional.
 
 Covers: `SFTRunConfig` and `run_sft(model, data, out)`, which reads the JSONL written by
 distill.py (conversational prompt-completion rows; provenance columns are dropped before
-training), trains, and saves the model (or the LoRA adapter) and tokenizer to `out`.
-Does not cover making the data (distill.py) or multi-GPU launch (docs/training.md).
+training), optionally holds a share of the rows out to measure the loss on rows the model never
+trained on, trains, and saves the model (or the LoRA adapter) and tokenizer to `out`. The loss
+curve (every logged step) comes back in the result, and a progress line is printed every
+`log_every` steps. The same settings serve a 7B model's fine-tuning (small learning rate, few
+steps) and a from-scratch model's whole training (large learning rate, warm-up, cosine decay).
+
+Does not cover making the data (distill.py), building a model from zero
+(kernelzero.models.scratch) or multi-GPU launch (docs/training.md).
 """
 from __future__ import annotations
 
+import math
+import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+SCHEDULERS = ("constant", "linear", "cosine")
 
 
 @dataclass
@@ -17,23 +28,34 @@ class SFTRunConfig:
     """epochs: passes over the data (ignored when max_steps > 0).
     max_steps: stop after this many optimizer steps (0: run the epochs).
     learning_rate / batch_size / grad_accum: AdamW and batching per device.
+    lr_scheduler: `constant`, `linear` or `cosine` decay after the warm-up.
+    warmup_ratio: share of the steps over which the learning rate rises from 0.
+    weight_decay: AdamW's decoupled weight decay.
     max_length: longest tokenised prompt + completion kept (longer rows are truncated).
+    eval_fraction: share of the rows held out (never trained on) to report `eval_loss` before
+        and after training; 0 holds none out.
     lora: train a LoRA adapter instead of all weights; lora_r / lora_alpha its rank and scale.
     bf16: train in bfloat16 (GPU).
-    seed: data order and initialisation.
+    seed: data order, the held-out split and initialisation.
+    log_every: optimizer steps between progress lines (0: none).
     """
 
     epochs: float = 2.0
     max_steps: int = 0
     learning_rate: float = 1e-5
+    lr_scheduler: str = "linear"
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
     batch_size: int = 4
     grad_accum: int = 1
     max_length: int = 8192
+    eval_fraction: float = 0.0
     lora: bool = False
     lora_r: int = 16
     lora_alpha: int = 32
     bf16: bool = False
     seed: int = 0
+    log_every: int = 0
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.batch_size < 1 or self.grad_accum < 1:
@@ -42,6 +64,12 @@ class SFTRunConfig:
             raise ValueError("give epochs > 0 or max_steps > 0")
         if self.lora and self.lora_r < 1:
             raise ValueError("lora_r must be >= 1")
+        if self.lr_scheduler not in SCHEDULERS:
+            raise ValueError(f"lr_scheduler={self.lr_scheduler!r}: choose one of {', '.join(SCHEDULERS)}")
+        if not 0 <= self.warmup_ratio < 1 or not 0 <= self.eval_fraction < 1:
+            raise ValueError("warmup_ratio and eval_fraction must lie in [0, 1)")
+        if self.weight_decay < 0 or self.log_every < 0:
+            raise ValueError("weight_decay and log_every must be >= 0")
 
 
 def load_rows(data: str | Path) -> list[dict]:
@@ -61,33 +89,87 @@ def load_rows(data: str | Path) -> list[dict]:
     return rows
 
 
-def build_sft_trainer(model: str, data: str | Path, out: str | Path, cfg: SFTRunConfig, callbacks=None):
+def split_rows(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict], list[dict]]:
+    """(train, held out): a seeded share of the rows, at least one each way when fraction > 0."""
+    if fraction <= 0 or len(rows) < 2:
+        return rows, []
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_eval = min(len(rows) - 1, max(1, int(round(fraction * len(rows)))))
+    held = set(order[:n_eval])
+    return [r for i, r in enumerate(rows) if i not in held], [rows[i] for i in sorted(held)]
+
+
+class ProgressPrinter:
+    """A TrainerCallback that prints one line every `every` steps: step, loss, tokens/s."""
+
+    def __init__(self, every: int, total: int, log=print):
+        from transformers import TrainerCallback
+
+        self.every, self.total, self.log = every, total, log
+        self.t0 = time.perf_counter()
+        self.callback = type("Progress", (TrainerCallback,), {"on_log": self._on_log})()
+
+    def _on_log(self, args, state, control, logs=None, **kw):
+        if not logs or "loss" not in logs or state.global_step % self.every:
+            return
+        dt = time.perf_counter() - self.t0
+        tokens = float(logs.get("num_tokens", 0) or 0)
+        rate = f", {tokens / dt:,.0f} tok/s" if tokens and dt > 0 else ""
+        self.log(f"  sft step {state.global_step}/{self.total}: loss {float(logs['loss']):.4f}{rate}")
+
+
+def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFTRunConfig,
+                      callbacks=None, log=print):
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
+    rows = load_rows(data) if not isinstance(data, list) else data
+    train, held = split_rows(rows, cfg.eval_fraction, cfg.seed)
+    steps_per_epoch = math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum))
+    total = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
     args = SFTConfig(
         output_dir=str(out), num_train_epochs=cfg.epochs, max_steps=cfg.max_steps or -1,
-        learning_rate=cfg.learning_rate, per_device_train_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=int(cfg.warmup_ratio * total), weight_decay=cfg.weight_decay,
+        per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length,
-        completion_only_loss=True, bf16=cfg.bf16, seed=cfg.seed, logging_steps=1,
-        save_strategy="no", report_to=[], use_cpu=not torch.cuda.is_available(), disable_tqdm=True)
+        completion_only_loss=True, bf16=cfg.bf16, seed=cfg.seed, data_seed=cfg.seed, logging_steps=1,
+        save_strategy="no", report_to=[], use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
+        dataset_num_proc=None)
     peft_config = None
     if cfg.lora:
         from peft import LoraConfig
         peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear",
                                  task_type="CAUSAL_LM")
+    callbacks = list(callbacks or [])
+    if cfg.log_every:
+        callbacks.append(ProgressPrinter(cfg.log_every, total, log).callback)
     return SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model), args=args,
-                      train_dataset=Dataset.from_list(load_rows(data)),
+                      train_dataset=Dataset.from_list(train),
+                      eval_dataset=Dataset.from_list(held) if held else None,
                       processing_class=AutoTokenizer.from_pretrained(model), peft_config=peft_config,
                       callbacks=callbacks)
 
 
-def run_sft(model: str, data: str | Path, out: str | Path, cfg: SFTRunConfig) -> dict:
-    trainer = build_sft_trainer(model, data, out, cfg)
+def run_sft(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFTRunConfig,
+            log=print) -> dict:
+    """Train, save to `out`, and return the figures: steps, rows, final and curve of the training
+    loss, the held-out loss before and after (with eval_fraction > 0), wall time, tokens/s."""
+    trainer = build_sft_trainer(model, data, out, cfg, log=log)
+    before = trainer.evaluate()["eval_loss"] if trainer.eval_dataset is not None else None
+    t0 = time.perf_counter()
     result = trainer.train()
+    wall = time.perf_counter() - t0
+    after = trainer.evaluate()["eval_loss"] if trainer.eval_dataset is not None else None
     trainer.save_model(str(out))
     trainer.processing_class.save_pretrained(str(out))
+    curve = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
+    tokens = max((float(h.get("num_tokens", 0) or 0) for h in trainer.state.log_history), default=0.0)
     return {"out": str(out), "steps": trainer.state.global_step, "train_loss": result.training_loss,
-            "rows": len(trainer.train_dataset), "lora": cfg.lora}
+            "rows": len(trainer.train_dataset), "eval_rows": len(trainer.eval_dataset or []),
+            "eval_loss_before": before, "eval_loss_after": after, "loss_curve": curve,
+            "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall if wall > 0 else None,
+            "lora": cfg.lora}
