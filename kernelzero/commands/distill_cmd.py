@@ -3,7 +3,9 @@
     kernelzero distill --teacher SPEC --tasks DIR|POOL.db -k 8 --out DATA.jsonl [--fastest]
 
 Samples k kernels per task from the teacher, judges them all, keeps the correct ones (or the
-fastest correct one per task with --fastest) and writes SFT rows with provenance.
+fastest correct one per task with --fastest) and writes SFT rows with provenance. Samples with no
+code (a model that wrote none, or modules the compiler teacher refuses) are not judged; they are
+counted by reason. `--teacher compiler` asks once per task whatever -k says.
 """
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ def register(sub) -> None:
     p = sub.add_parser("distill", help="sample a teacher, keep verified-correct kernels as SFT data",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--teacher", required=True, help="teacher model spec: hf:PATH, vllm:PATH, "
-                   "openai:URL#MODEL or replay:PATH")
+                   "openai:URL#MODEL, replay:PATH, or compiler (the teacher compiler for family "
+                   "modules; deterministic, so one sample per task)")
     p.add_argument("--tasks", required=True, help="task directory, or a task pool (e.g. a training run's pool.db)")
     p.add_argument("-k", type=int, default=8, help="samples per task (default 8)")
     p.add_argument("--out", required=True, help="output JSONL (verdicts cached beside it)")
@@ -53,4 +56,10 @@ def run(args) -> int:
     else:
         print(f"{counts['kept']} rows from {counts['tasks_kept']}/{counts['tasks']} tasks "
               f"({counts['correct']} of {counts['samples']} samples correct) -> {counts['out']}")
+        if counts["judged"]:
+            print("verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts["verdicts"].items())))
+        if counts["skipped"]:
+            print(f"skipped {counts['skipped']} samples with no code (not judged):")
+            for reason, n in list(counts["skipped_reasons"].items())[:10]:
+                print(f"  {n:5d}  {reason}")
     return 0

@@ -1,6 +1,6 @@
 """Model backends: turn chat prompts into completions.
 
-    backend = load_backend("hf:PATH" | "vllm:PATH" | "openai:URL#MODEL" | "replay:PATH")
+    backend = load_backend("hf:PATH" | "vllm:PATH" | "openai:URL#MODEL" | "replay:PATH" | "compiler")
     backend.generate(prompts, n, SamplingConfig(...)) -> list[list[str]]
 
 Each backend module is imported only when its spec is used, so `import kernelzero.models` pulls
@@ -15,7 +15,8 @@ __all__ = ["Backend", "BackendError", "BackendSpecError", "SamplingConfig", "loa
 
 SPEC_HELP = ("hf:PATH (local transformers checkpoint), vllm:PATH (vLLM offline engine), "
              "openai:URL#MODEL (OpenAI-compatible server; key from KERNELZERO_API_KEY or "
-             "OPENAI_API_KEY), replay:PATH (JSONL file or KernelBench run folder)")
+             "OPENAI_API_KEY), replay:PATH (JSONL file or KernelBench run folder), compiler (the teacher "
+             "compiler: family modules to Triton, no model)")
 
 
 class BackendSpecError(ValueError):
@@ -26,6 +27,13 @@ def load_backend(spec: str, **options) -> Backend:
     """Build the backend a spec names. `options` go to that backend's config dataclass
     (`HFConfig`, `VLLMConfig`, `OpenAIConfig`); replay takes none."""
     kind, sep, rest = spec.partition(":")
+    if kind == "compiler":
+        if options:
+            raise BackendSpecError(f"compiler takes no options (got {sorted(options)})")
+        if rest not in ("", "triton"):
+            raise BackendSpecError(f"{spec!r}: the teacher compiler writes Triton only (compiler:triton)")
+        from kernelzero.models.compiler import CompilerBackend
+        return CompilerBackend(rest or "triton")
     if not sep or not rest:
         raise BackendSpecError(f"model spec {spec!r} has no KIND:TARGET form; use one of: "
                                f"{SPEC_HELP}")

@@ -2,7 +2,8 @@
 kernels, write an SFT dataset.
 
 Covers: loading the tasks (a KernelBench-format directory or a task pool `.db`), sampling the
-teacher through any model backend (`hf:`, `vllm:`, `openai:`, `replay:`), judging all samples in
+teacher through any model backend (`hf:`, `vllm:`, `openai:`, `replay:`, or `compiler`, the
+teacher compiler, asked once per task since it is deterministic), judging all samples with code in
 parallel with the evaluator (cached in `DATA.verdicts.jsonl` beside the output, so an interrupted
 run judges nothing twice), keeping the correct ones (all, or the fastest per task), and writing
 JSONL rows in TRL's conversational prompt-completion format with provenance:
@@ -15,6 +16,7 @@ Does not cover the fine-tuning (sft.py) or the prompt wording (kernelzero.coder.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +67,8 @@ def load_task_source(spec: str | Path) -> list[Task]:
 
 
 def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path) -> dict:
-    """Sample, judge, keep, write; returns counts {tasks, samples, correct, kept, tasks_kept}."""
+    """Sample, judge, keep, write; returns counts {tasks, samples, judged, correct, kept,
+    tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}."""
     from kernelzero.coder.prompts import PromptConfig, build_prompt
     from kernelzero.models import SamplingConfig, load_backend
     from kernelzero.train.ca_grpo import to_candidate
@@ -76,13 +79,20 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path) -
     pc = PromptConfig(backend=cfg.backend, style=cfg.prompt_style)
     prompts = [build_prompt(t, pc) for t in tasks]
     teacher = load_backend(cfg.teacher)
-    outs = teacher.generate(prompts, cfg.k, SamplingConfig(
+    # A deterministic teacher (the compiler) gives k identical samples: ask for one.
+    k = 1 if getattr(teacher, "deterministic", False) else cfg.k
+    outs = teacher.generate(prompts, k, SamplingConfig(
         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
     judge = Judge(evaluator, VerdictCache(out.with_suffix(".verdicts.jsonl")))
     pairs, where = [], []
+    skipped: Counter = Counter()  # samples with no code, by the first line of what the teacher said
     for ti, (t, cs) in enumerate(zip(tasks, outs)):
         for s, c in enumerate(cs):
-            pairs.append((t, to_candidate(c)))
+            cand = to_candidate(c)
+            if not cand.source:
+                skipped[_first_line(c)] += 1
+                continue
+            pairs.append((t, cand))
             where.append((ti, s, c))
     verdicts = judge.judge(pairs, context={"phase": "distill", "teacher": cfg.teacher})
     kept: dict[int, list[tuple[int, str, object]]] = {}
@@ -105,5 +115,15 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path) -
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(out)
-    return {"tasks": len(tasks), "samples": len(pairs), "correct": sum(v.correct for v in verdicts),
-            "kept": len(rows), "tasks_kept": len(kept), "out": str(out)}
+    return {"tasks": len(tasks), "samples": len(pairs) + sum(skipped.values()), "judged": len(pairs),
+            "correct": sum(v.correct for v in verdicts), "kept": len(rows), "tasks_kept": len(kept),
+            "skipped": sum(skipped.values()), "skipped_reasons": dict(skipped.most_common()),
+            "verdicts": dict(Counter(v.status for v in verdicts)), "k": k, "out": str(out)}
+
+
+def _first_line(completion: str) -> str:
+    """Why a sample holds no code, in one line (the compiler teacher's refusal is its text)."""
+    from kernelzero.models.compiler import REFUSAL_PREFIX
+
+    line = (completion or "").strip().splitlines()[0] if (completion or "").strip() else "empty completion"
+    return line.removeprefix(REFUSAL_PREFIX)[:160]

@@ -1,0 +1,441 @@
+"""Read a reference module's text (never run it): imports, constants, `Model.__init__`, input hints.
+
+What it finds:
+- aliases: which local names mean `torch`, `torch.nn`, `torch.nn.functional`, `math` or a
+  function imported from them (`from torch.nn.functional import relu`);
+- module constants: globals whose value folds to a number, string, bool or tuple (`SCALE = 0.37`,
+  `dim = 4 * 256`, `math.sqrt(2 / math.pi)`);
+- `__init__`: each `self.NAME = ...` as a parameter or buffer (with its shape's layout), a layer
+  (nn.Linear, nn.LayerNorm, nn.RMSNorm, activation layers), or a scalar (a constant, or a value
+  computed from the constructor's arguments, read at run time);
+- input hints from `get_inputs`: which forward arguments are scalars, and each tensor's dims
+  (`torch.randn(B, C, 1, 1)` says rank 4 with two trailing ones).
+Anything else in `__init__` raises Unsupported with the reason.
+"""
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass, field
+
+from kernelzero.teacher.ir import Layout, Unsupported
+
+MODULE_PATHS = {"torch", "torch.nn", "torch.nn.functional", "math", "torch.special", "torch.linalg"}
+TENSOR_MAKERS = {"randn", "rand", "zeros", "ones", "empty", "full", "randn_like", "tensor",
+                 "ones_like", "zeros_like"}
+ACTIVATION_LAYERS = {  # nn class -> (op, constructor parameters with defaults)
+    "ReLU": ("relu", (("inplace", False),)),
+    "ReLU6": ("relu6", (("inplace", False),)),
+    "LeakyReLU": ("leaky_relu", (("negative_slope", 0.01), ("inplace", False))),
+    "ELU": ("elu", (("alpha", 1.0), ("inplace", False))),
+    "SELU": ("selu", (("inplace", False),)),
+    "GELU": ("gelu", (("approximate", "none"),)),
+    "SiLU": ("silu", (("inplace", False),)),
+    "Sigmoid": ("sigmoid", ()),
+    "Tanh": ("tanh", ()),
+    "Softplus": ("softplus", (("beta", 1.0), ("threshold", 20.0))),
+    "Mish": ("mish", (("inplace", False),)),
+    "Hardtanh": ("hardtanh", (("min_val", -1.0), ("max_val", 1.0), ("inplace", False))),
+    "Hardsigmoid": ("hardsigmoid", (("inplace", False),)),
+    "Hardswish": ("hardswish", (("inplace", False),)),
+    "Softsign": ("softsign", ()),
+    "Identity": ("identity", ()),
+    "Softmax": ("softmax", (("dim", None),)),
+    "LogSoftmax": ("log_softmax", (("dim", None),)),
+}
+STATE_LAYERS = {  # layers with parameters: (constructor parameters with defaults)
+    "Linear": (("in_features", None), ("out_features", None), ("bias", True),
+               ("device", None), ("dtype", None)),
+    "LayerNorm": (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True),
+                  ("bias", True), ("device", None), ("dtype", None)),
+    "RMSNorm": (("normalized_shape", None), ("eps", None), ("elementwise_affine", True),
+                ("device", None), ("dtype", None)),
+}
+
+
+class NotConstant(Exception):
+    pass
+
+
+@dataclass
+class Static:
+    """A value known from the text. text: how to write it in a kernel (as the source wrote it
+    when it is a plain literal)."""
+
+    value: object
+    text: str
+
+
+@dataclass
+class Attr:
+    """One `self.NAME` set in `__init__`.
+
+    kind: `param` / `buffer` (tensor; `layout`), `layer` (`cls`, `options`: constructor argument
+        name -> Static or source text of a run-time value), `scalar` (`static` when it folds to a
+        constant, else read at run time as `self.NAME`).
+    stmt: the statement that sets it (copied into ModelNew.__init__ when kept).
+    """
+
+    name: str
+    kind: str
+    stmt: ast.stmt
+    layout: Layout | None = None
+    cls: str = ""
+    options: dict = field(default_factory=dict)
+    static: Static | None = None
+    shape_dims: list | None = None
+
+
+@dataclass
+class InputHint:
+    scalar: bool = False
+    dims: list | None = None   # ast nodes of the tensor's dims, when get_inputs shows them
+
+
+@dataclass
+class ModuleInfo:
+    tree: ast.Module
+    source: str
+    aliases: dict[str, str]
+    globals: dict[str, Static]
+    global_stmts: dict[str, ast.stmt]
+    imports: list[ast.stmt]
+    init: ast.FunctionDef | None
+    forward: ast.FunctionDef
+    attrs: dict[str, Attr]
+    init_locals: list[ast.stmt]
+    init_args: list[str]
+    inputs: dict[str, InputHint]
+
+
+def qualname(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """`F.relu` -> `torch.nn.functional.relu`, `torch.nn.ReLU` -> `torch.nn.ReLU`; None when the
+    chain does not start at an imported module or function."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in aliases:
+        return None
+    return ".".join([aliases[node.id], *reversed(parts)])
+
+
+def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[ast.stmt]]:
+    aliases, imports = {}, []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            imports.append(node)
+            for a in node.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+                else:
+                    aliases[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imports.append(node)
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    return aliases, imports
+
+
+def fold(node: ast.AST, source: str, aliases: dict, env: dict[str, Static]) -> Static:
+    """The constant value of an expression, with the text to print it by; NotConstant if any
+    part of it is only known at run time."""
+    value = _fold(node, aliases, env)
+    if isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+                                          and isinstance(node.operand, ast.Constant)):
+        text = ast.get_source_segment(source, node) or repr(value)
+    elif isinstance(node, ast.Name) and node.id in env:
+        text = env[node.id].text
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = repr(value)
+    return Static(value, text)
+
+
+_BIN = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b,
+        ast.Div: lambda a, b: a / b, ast.FloorDiv: lambda a, b: a // b, ast.Pow: lambda a, b: a ** b,
+        ast.Mod: lambda a, b: a % b}
+_MATH = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "tanh": math.tanh, "cos": math.cos,
+         "sin": math.sin}
+
+
+def _fold(node, aliases, env):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool, type(None))):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in env:
+            return env[node.id].value
+        raise NotConstant(node.id)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _fold(node.operand, aliases, env)
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise NotConstant("unary")
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
+        a, b = _fold(node.left, aliases, env), _fold(node.right, aliases, env)
+        if isinstance(a, tuple) and isinstance(b, tuple) and isinstance(node.op, ast.Add):
+            return a + b
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b)):
+            raise NotConstant("binop")
+        try:
+            return _BIN[type(node.op)](a, b)
+        except (ArithmeticError, ValueError):
+            raise NotConstant("arithmetic") from None
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(_fold(e, aliases, env) for e in node.elts)
+    q = qualname(node, aliases)
+    if q in ("math.pi", "math.e", "math.inf"):
+        return getattr(math, q.split(".")[1])
+    if isinstance(node, ast.Call) and not node.keywords and len(node.args) == 1:
+        fq = qualname(node.func, aliases)
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        v = _fold(node.args[0], aliases, env)
+        if fq and fq.startswith("math.") and fq[5:] in _MATH and isinstance(v, (int, float)):
+            try:
+                return _MATH[fq[5:]](v)
+            except ValueError:
+                raise NotConstant("math domain") from None
+        if name in ("float", "int") and isinstance(v, (int, float, str)):
+            return {"float": float, "int": int}[name](v)
+    raise NotConstant(type(node).__name__)
+
+
+def _globals(tree: ast.Module, source: str, aliases: dict) -> tuple[dict, dict]:
+    env: dict[str, Static] = {}
+    stmts: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            target, value = node.target.id, node.value
+        if target is None:
+            continue
+        try:
+            env[target] = fold(value, source, aliases, env)
+            stmts[target] = node
+        except NotConstant:
+            env.pop(target, None)
+    return env, stmts
+
+
+def bind_call(call: ast.Call, params: tuple, what: str) -> dict[str, ast.AST | None]:
+    """Map a call's arguments onto `params` ((name, default) pairs) like Python would; defaults
+    are returned as None (the caller knows them)."""
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        raise Unsupported(f"unsupported: *args/**kwargs in {what}")
+    names = [p[0] for p in params]
+    if len(call.args) > len(names):
+        raise Unsupported(f"unsupported: too many arguments to {what}")
+    out: dict[str, ast.AST | None] = dict.fromkeys(names)
+    for n, a in zip(names, call.args):
+        out[n] = a
+    for k in call.keywords:
+        if k.arg not in out:
+            raise Unsupported(f"unsupported: {what}({k.arg}=...)")
+        out[k.arg] = k.value
+    return out
+
+
+def tensor_dims(node: ast.AST, aliases: dict) -> list | None:
+    """The dims of a tensor made by `torch.randn(B, F)` (also `rand/zeros/ones/empty/full`,
+    `torch.tensor(0.5)`, a tuple of sizes, and the same scaled or shifted: `torch.randn(F) * 0.1`);
+    None when the expression is not such a call."""
+    while isinstance(node, ast.BinOp):
+        left = tensor_dims(node.left, aliases)
+        node = node.right if left is None else None
+        if left is not None:
+            return left
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr in ("mul", "add", "sub", "mul_", "add_", "contiguous", "float") and \
+            tensor_dims(node.func.value, aliases) is not None:
+        return tensor_dims(node.func.value, aliases)
+    if not isinstance(node, ast.Call):
+        return None
+    q = qualname(node.func, aliases) or ""
+    if not q.startswith("torch.") or q.split(".")[-1] not in TENSOR_MAKERS | {"randint"}:
+        return None
+    maker = q.split(".")[-1]
+    if maker == "randint":  # randint(high, size) or randint(low, high, size)
+        size = ([k.value for k in node.keywords if k.arg == "size"] or node.args[1:3][-1:])
+        return list(size[0].elts) if size and isinstance(size[0], (ast.Tuple, ast.List)) else None
+    if maker == "tensor":
+        return [] if node.args and isinstance(node.args[0], (ast.Constant, ast.UnaryOp)) else None
+    args = node.args[:1] if maker == "full" else node.args
+    if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+        args = args[0].elts
+    if any(isinstance(a, ast.Starred) for a in args):
+        return None
+    return list(args)
+
+
+def layout_of(dims: list | None, aliases: dict, env: dict, source: str, what: str) -> Layout:
+    """Layout of a tensor with these dims: `one` when every dim is 1, else `bcast` with its
+    trailing ones counted (a size-1 dim between larger ones is refused)."""
+    if dims is None:
+        return Layout("bcast", 0)
+    ones = []
+    for d in dims:
+        try:
+            ones.append(fold(d, source, aliases, env).value == 1)
+        except NotConstant:
+            ones.append(False)
+    if all(ones):
+        return Layout("one")
+    trailing = 0
+    while ones and ones[-1]:
+        ones.pop()
+        trailing += 1
+    while ones and ones[0]:
+        ones.pop(0)
+    if any(ones):
+        raise Unsupported(f"unsupported: {what} broadcasts over an inner dim of size 1")
+    return Layout("bcast", trailing)
+
+
+def read_module(source: str) -> ModuleInfo:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise Unsupported(f"the module does not parse: {e.msg} (line {e.lineno})") from None
+    aliases, imports = _aliases(tree)
+    env, global_stmts = _globals(tree, source, aliases)
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    if model is None:
+        raise Unsupported("the module defines no `class Model`")
+    methods = {n.name: n for n in model.body if isinstance(n, ast.FunctionDef)}
+    if "forward" not in methods:
+        raise Unsupported("Model has no forward method")
+    extra = sorted(set(methods) - {"__init__", "forward"})
+    if extra:
+        raise Unsupported(f"unsupported: Model method {extra[0]}() besides __init__ and forward")
+    init = methods.get("__init__")
+    info = ModuleInfo(tree=tree, source=source, aliases=aliases, globals=env,
+                      global_stmts=global_stmts, imports=imports, init=init,
+                      forward=methods["forward"], attrs={}, init_locals=[], init_args=[],
+                      inputs={})
+    if init is not None:
+        _read_init(info)
+    info.inputs = _input_hints(info)
+    return info
+
+
+def _is_super_init(stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+        isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "__init__" and \
+        isinstance(stmt.value.func.value, ast.Call) and \
+        isinstance(stmt.value.func.value.func, ast.Name) and stmt.value.func.value.func.id == "super"
+
+
+def _read_init(info: ModuleInfo) -> None:
+    init, src, aliases = info.init, info.source, info.aliases
+    a = init.args
+    if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs:
+        raise Unsupported("unsupported: *args, **kwargs or keyword-only arguments in __init__")
+    info.init_args = [x.arg for x in a.args[1:]]
+    for stmt in init.body:
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+            continue  # docstring
+        if _is_super_init(stmt) or isinstance(stmt, ast.Pass):
+            continue
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+                isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr == "register_buffer":
+            call = stmt.value
+            if not call.args or not isinstance(call.args[0], ast.Constant) or len(call.args) < 2:
+                raise Unsupported("unsupported: register_buffer without a literal name and a tensor")
+            name = call.args[0].value
+            dims = tensor_dims(call.args[1], aliases)
+            info.attrs[name] = Attr(name, "buffer", stmt, shape_dims=dims,
+                                    layout=layout_of(dims, aliases, info.globals, src, f"buffer {name}"))
+            continue
+        target = value = None
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+            target, value = stmt.targets[0], stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            target, value = stmt.target, stmt.value
+        if isinstance(target, ast.Name):
+            info.init_locals.append(stmt)
+            continue
+        if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                and target.value.id == "self"):
+            raise Unsupported(f"unsupported in __init__: {ast.unparse(stmt).splitlines()[0][:60]}")
+        info.attrs[target.attr] = _read_attr(info, target.attr, value, stmt)
+
+
+def _read_attr(info: ModuleInfo, name: str, value: ast.AST, stmt: ast.stmt) -> Attr:
+    src, aliases = info.source, info.aliases
+    if isinstance(value, ast.Call):
+        q = qualname(value.func, aliases) or ""
+        if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
+            if not value.args:
+                raise Unsupported(f"unsupported: nn.Parameter without a tensor ({name})")
+            dims = tensor_dims(value.args[0], aliases)
+            return Attr(name, "param", stmt, shape_dims=dims,
+                        layout=layout_of(dims, aliases, info.globals, src, f"parameter {name}"))
+        cls = q.split(".")[-1] if q.startswith("torch.nn.") else ""
+        if cls in ACTIVATION_LAYERS or cls in STATE_LAYERS:
+            params = ACTIVATION_LAYERS[cls][1] if cls in ACTIVATION_LAYERS else STATE_LAYERS[cls]
+            bound = bind_call(value, params, f"nn.{cls}")
+            options = {}
+            for p, default in params:
+                node = bound[p]
+                if node is None:
+                    options[p] = Static(default, repr(default))
+                    continue
+                try:
+                    options[p] = fold(node, src, aliases, info.globals)
+                except NotConstant:
+                    options[p] = ast.get_source_segment(src, node) or ast.unparse(node)
+            return Attr(name, "layer", stmt, cls=cls, options=options)
+        if q.startswith("torch.nn.") and q.split(".")[-1][:1].isupper():
+            raise Unsupported(f"unsupported: nn.{q.split('.')[-1]}")
+        if tensor_dims(value, aliases) is not None:
+            raise Unsupported(f"unsupported: tensor attribute {name} that is neither a "
+                              "parameter nor a buffer")
+    try:
+        return Attr(name, "scalar", stmt, static=fold(value, src, aliases, info.globals))
+    except NotConstant:
+        pass
+    used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    known = set(info.init_args) | set(info.globals) | {"float", "int", "math", "tuple"}
+    known |= {s.targets[0].id for s in info.init_locals if isinstance(s, ast.Assign)}
+    if used <= known and not any(isinstance(n, (ast.Lambda, ast.ListComp)) for n in ast.walk(value)):
+        return Attr(name, "scalar", stmt)  # read at run time
+    raise Unsupported(f"unsupported in __init__: self.{name} = {ast.unparse(value)[:50]}")
+
+
+def _input_hints(info: ModuleInfo) -> dict[str, InputHint]:
+    fwd = info.forward.args
+    if fwd.vararg or fwd.kwarg or fwd.kwonlyargs:
+        raise Unsupported("unsupported: *args, **kwargs or keyword-only arguments in forward")
+    names = [a.arg for a in fwd.args[1:]]
+    hints = {n: InputHint() for n in names}
+    for a in fwd.args[1:]:
+        ann = a.annotation
+        if isinstance(ann, ast.Name) and ann.id in ("float", "int"):
+            hints[a.arg].scalar = True
+    fn = next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_inputs"), None)
+    if fn is None:
+        return hints
+    local: dict[str, ast.AST] = {}
+    ret = None
+    for stmt in fn.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            local[stmt.targets[0].id] = stmt.value
+        elif isinstance(stmt, ast.Return):
+            ret = stmt.value
+    if not isinstance(ret, (ast.List, ast.Tuple)) or len(ret.elts) != len(names):
+        return hints
+    for n, e in zip(names, ret.elts):
+        if isinstance(e, ast.Name) and e.id in local:
+            e = local[e.id]
+        try:
+            v = fold(e, info.source, info.aliases, info.globals).value
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                hints[n].scalar = True
+            continue
+        except NotConstant:
+            pass
+        hints[n].dims = tensor_dims(e, info.aliases)
+    return hints

@@ -1,0 +1,134 @@
+"""The family generator: deterministic, valid KernelBench-format modules with honest metadata,
+varied phrasings and constants, sized for the target; held-out splits by combination and text."""
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+
+import pytest
+import torch
+
+from kernelzero.family import FamilyConfig, combo_key, generate, make_module, split_holdout
+from kernelzero.family.ops import ELEMENTWISE
+from kernelzero.tasks.task import source_hash, static_check_task
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return generate(FamilyConfig(), n=400, seed=7)
+
+
+def run(source: str, device: str | None = None):
+    """Run a generated module (our own code, in this process) on its own inputs."""
+    ns: dict = {}
+    exec(compile(source, "<family>", "exec"), ns)
+    torch.manual_seed(0)
+    if device == "meta":
+        with torch.device("meta"):
+            return ns["get_inputs"](), None
+    model = ns["Model"](*ns["get_init_inputs"]())
+    inputs = ns["get_inputs"]()
+    return inputs, model(*inputs)
+
+
+def test_same_seed_same_modules_and_module_i_independent_of_n():
+    a = generate(FamilyConfig(), n=12, seed=3)
+    b = generate(FamilyConfig(), n=12, seed=3)
+    assert [m.source for m in a] == [m.source for m in b]
+    assert generate(FamilyConfig(), n=4, seed=3, start=8)[0].source == a[8].source
+    assert [m.source for m in generate(FamilyConfig(), n=12, seed=4)] != [m.source for m in a]
+
+
+def test_modules_are_kernelbench_format_and_metadata_matches(modules):
+    for m in modules:
+        assert static_check_task(m.source) is None, m.source
+        meta = m.meta
+        assert meta["kind"] in ("elementwise", "rowwise", "matmul")
+        assert meta["chain_length"] == len(meta["ops"]) == len(meta["phrasings"])
+        assert 1 <= meta["chain_length"] <= 3
+        assert meta["has_constants"] == bool(meta["constants"])
+        assert len(meta["constants"]) == len(meta["placements"])
+        for text in meta["constants"]:  # every constant appears in the text as drawn
+            assert text.lstrip("-") in m.source
+        if meta["kind"] == "rowwise":
+            assert any(op in meta["ops"] for op in ("sum", "mean", "amax", "amin", "logsumexp", "softmax",
+                                                      "log_softmax", "l2_normalize", "center", "sub_max",
+                                                      "layer_norm", "rms_norm"))
+        if meta["kind"] == "matmul":
+            assert meta["ops"][0] in ("linear", "matmul")
+
+
+def test_modules_run_and_keep_their_shapes(modules):
+    sample = modules[::8]
+    for m in sample:
+        inputs, y = run(m.source)
+        assert isinstance(y, torch.Tensor) and y.dtype == torch.float32
+        if m.meta["kind"] == "elementwise":
+            assert y.shape == inputs[0].shape
+        assert torch.isfinite(y).any(), m.source
+
+
+def test_phrasings_constants_and_styles_vary(modules):
+    phrasings = Counter()
+    for m in modules:
+        for op, p in zip(m.meta["ops"], m.meta["phrasings"]):
+            phrasings[(op, p)] += 1
+    per_op = Counter(op for op, _ in phrasings)
+    assert per_op["relu"] >= 4 and per_op["mul_const"] >= 3
+    rows = Counter((op, p) for m in generate(FamilyConfig(kinds=("rowwise",)), n=300, seed=1)
+                   for op, p in zip(m.meta["ops"], m.meta["phrasings"]))
+    per_row_op = Counter(op for op, _ in rows)
+    assert per_row_op["softmax"] >= 3 and per_row_op["layer_norm"] == 3 and per_row_op["amax"] >= 3
+    placements = Counter(p for m in modules for p in m.meta["placements"])
+    assert {"inline", "attr", "global", "arg"} <= set(placements)
+    styles = Counter((m.meta["style"]["stepwise"], m.meta["style"]["super"]) for m in modules)
+    assert len(styles) == 4
+    constants = [c for m in modules for c in m.meta["constants"]]
+    assert len(set(constants)) > 0.6 * len(constants)  # drawn, not a handful of typical values
+    for c in constants:
+        digits = re.sub(r"[^0-9]", "", c.split("e")[0]).lstrip("0")
+        assert 1 <= len(digits.rstrip("0") or "0") <= 4, c
+    assert any(m.meta["shapes"]["input"][-1] in (1023, 1025, 257, 17) for m in modules)
+
+
+def test_ops_and_lengths_are_honoured():
+    cfg = FamilyConfig(kinds=("elementwise",), min_ops=4, max_ops=6, ops=("relu", "mul_const", "tanh", "exp"))
+    for m in generate(cfg, n=40, seed=1):
+        assert 4 <= m.meta["chain_length"] <= 6
+        assert set(m.meta["ops"]) <= {"relu", "mul_const", "tanh", "exp"}
+        for prev, op in zip(m.meta["ops"], m.meta["ops"][1:]):
+            if op == "exp":  # exp only after a bounded op: no overflow near float32's limit
+                assert prev == "tanh"
+    with pytest.raises(ValueError):
+        FamilyConfig(min_ops=3, max_ops=2)
+    with pytest.raises(ValueError):
+        FamilyConfig(ops=("cumsum",))
+
+
+def test_sizes_follow_the_target():
+    for target, lo, hi in (("cpu", 1, 40_000), ("gpu", 2_000_000, 70_000_000)):
+        for m in generate(FamilyConfig(target=target, kinds=("elementwise", "rowwise")), n=30, seed=2):
+            inputs, _ = run(m.source, device="meta")
+            assert lo <= inputs[0].numel() <= hi, (target, m.meta["shapes"])
+    for m in generate(FamilyConfig(target="gpu", kinds=("matmul",)), n=10, seed=2):
+        assert min(m.meta["shapes"]["k"], m.meta["shapes"]["n"]) >= 512
+
+
+def test_holdout_split_by_combination_and_text(modules):
+    train, test = split_holdout(modules, test_frac=0.15, seed=0)
+    train_combos = {combo_key(m.meta) for m in train}
+    test_combos = {combo_key(m.meta) for m in test}
+    assert test and not train_combos & test_combos
+    assert all(m.meta["chain_length"] >= 2 for m in test)
+    assert not {source_hash(m.source) for m in train} & {source_hash(m.source) for m in test}
+    assert 0.1 * len(modules) <= len(test) <= 0.3 * len(modules)
+    assert split_holdout(modules, 0.15, 0)[1] == test  # deterministic
+
+
+def test_every_elementwise_op_is_drawn_and_parses():
+    for op in ELEMENTWISE:
+        cfg = FamilyConfig(kinds=("elementwise",), min_ops=2, max_ops=2, ops=(op.name, "tanh"))
+        m = make_module(cfg, 0, 0)
+        ast.parse(m.source)
+        assert set(m.meta["ops"]) <= {op.name, "tanh"}
