@@ -213,6 +213,7 @@ def zygote_main(sock_fd: int) -> None:
     import signal
 
     import torch  # noqa: F401 - the point of the zygote
+    import torch._inductor.config  # noqa: F401 - seconds, needed by every candidate (worker.py)
     try:
         import triton  # noqa: F401
     except ImportError:

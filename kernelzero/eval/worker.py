@@ -62,6 +62,11 @@ GPU_WARM_STAGES = ("context", "libraries", "dry_run")  # the judge holds the GPU
 class Worker:
     def __init__(self):
         import torch
+
+        # `use_deterministic_algorithms`, which every candidate's correctness run calls (memory
+        # poisoning), imports torch._inductor.config and with it Dynamo and sympy: seconds of
+        # CPU. Here it happens before any module is given to this worker (spares start ahead).
+        import torch._inductor.config  # noqa: F401
         self.torch = torch
         self.primitives = capture_primitives(torch)
         self.device = "cpu"

@@ -176,11 +176,11 @@ def to_candidate(completion: str) -> Candidate:
     return Candidate(source=extract_code(completion) or "")
 
 
-def coder_rows(tasks: list[Task], backend: str, example: bool = True) -> list[dict]:
-    """One dataset row per task: the Coder's chat prompt and the task's content hash as its id."""
-    from kernelzero.coder.prompts import PromptConfig, build_prompt
+def coder_rows(tasks: list[Task], pc) -> list[dict]:
+    """One dataset row per task: the Coder's chat prompt (PromptConfig `pc`) and the task's content
+    hash as its id."""
+    from kernelzero.coder.prompts import build_prompt
 
-    pc = PromptConfig(backend=backend, example=example)
     return [{"prompt": [{"role": m["role"], "content": m["content"]} for m in build_prompt(t, pc)],
              "task_id": t.hash} for t in tasks]
 
@@ -225,7 +225,7 @@ def run_coder_phase(cfg: TrainConfig, model_path: str, tasks: list[Task], judge:
                      gradient_checkpointing=cfg.gradient_checkpointing, use_vllm=cfg.use_vllm,
                      vllm_mode=cfg.vllm_mode)
     tok = AutoTokenizer.from_pretrained(model_path)
-    rows = fit_prompts(coder_rows(list(by_id.values()), ca.backend, ca.prompt_example), tok, ca.max_prompt_tokens)
+    rows = fit_prompts(coder_rows(list(by_id.values()), ca.prompt_config()), tok, ca.max_prompt_tokens)
     if not rows:
         raise ValueError(f"every Coder prompt is longer than coder.max_prompt_tokens={ca.max_prompt_tokens}")
     rows = fill_batch(rows, ca.prompts_per_step)

@@ -38,6 +38,8 @@ class RunState:
     steps: int = 0                 # optimizer steps completed in complete phases
     steplog_bytes: int = 0         # length of steps.jsonl after the last complete phase
     reported_rounds: list[int] = field(default_factory=list)
+    heldout: list[dict] = field(default_factory=list)   # summary.json's entries, round 0 first
+    cold_start: dict = field(default_factory=dict)      # the cold start's figures, when it ran
 
     @staticmethod
     def phase_id(round_idx: int, phase: str) -> str:

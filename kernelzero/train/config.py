@@ -47,6 +47,8 @@ class CAGRPOConfig:
     temperature: sampling temperature for rollouts.
     backend: kernel language asked for in the prompt (`triton` or `cuda`).
     prompt_example: include the Coder prompt's worked example (costs ~800 tokens per prompt).
+    prompt_style: the Coder prompt (kernelzero.coder.prompts): `kernelbench`, `principles`, or
+        `compact` (the module alone, in canonical form: the from-scratch Coders' prompt).
     """
 
     alpha: float = 0.5
@@ -63,8 +65,13 @@ class CAGRPOConfig:
     temperature: float = 1.0
     backend: str = "triton"
     prompt_example: bool = True
+    prompt_style: str = "kernelbench"
 
     def __post_init__(self) -> None:
+        from kernelzero.coder.prompts import STYLES
+
+        if self.prompt_style not in STYLES:
+            raise ValueError(f"coder.prompt_style={self.prompt_style!r}: choose one of {', '.join(STYLES)}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"coder.alpha={self.alpha}: a correct rate, must lie in [0, 1]")
         if self.beta < 0:
@@ -78,6 +85,12 @@ class CAGRPOConfig:
         _check_common(self, "coder")
         if self.backend not in ("triton", "cuda"):
             raise ValueError(f"coder.backend={self.backend!r}: choose triton or cuda")
+
+    def prompt_config(self):
+        """The Coder prompt these settings ask for (rollouts, held-out evaluation, attempts)."""
+        from kernelzero.coder.prompts import PromptConfig
+
+        return PromptConfig(backend=self.backend, style=self.prompt_style, example=self.prompt_example)
 
 
 @dataclass
@@ -129,24 +142,45 @@ class ProposerConfig:
 
 @dataclass
 class HeldOutConfig:
-    """The Coder's held-out evaluation after every round.
+    """The Coder's held-out evaluation: before RL (round 0, after any cold start) and after
+    every round. Each set is reported on its own; `pass@1` of the first set is the headline.
 
-    tasks: a directory of KernelBench-format tasks (None: the package's example tasks).
-    limit: use at most this many tasks (None: all).
-    samples: completions per task (n in pass@k).
+    family: in-family held-out modules (kernelzero.family.holdout: op combinations, pairs and
+        texts no training module has), at the trained lengths; 0 for none.
+    ood_long: modules with 4-6 ops (longer than trained); 0 for none.
+    ood_pairs: modules with an adjacent op pair no training module has; 0 for none.
+    family_target: sizes of the generated modules' inputs (`cpu` or `gpu`).
+    seed: the held-out modules' stream (any seed: the held-out rule does not depend on it).
+    tasks: a directory of KernelBench-format tasks, evaluated as the set `tasks` (None with no
+        family sets: the package's example tasks).
+    limit: use at most this many tasks of `tasks` (None: all).
+    greedy: pass@1 from one greedy completion per task (else from the samples).
+    samples: completions per task at the Coder's temperature, for pass@k (0: none).
     ks: the k of pass@k to report (each <= samples).
     """
 
+    family: int = 0
+    ood_long: int = 0
+    ood_pairs: int = 0
+    family_target: str = "cpu"
+    seed: int = 7
     tasks: str | None = None
     limit: int | None = None
+    greedy: bool = True
     samples: int = 4
     ks: tuple[int, ...] = (1, 4)
 
     def __post_init__(self) -> None:
         self.ks = tuple(int(k) for k in self.ks)
-        if self.samples < 1 or any(k < 1 or k > self.samples for k in self.ks):
+        if self.samples < 0 or any(k < 1 or k > max(self.samples, 1) for k in self.ks):
             raise ValueError(f"heldout: need 1 <= k <= samples for every k, got ks={self.ks}, "
                              f"samples={self.samples}")
+        if not self.greedy and self.samples < 1:
+            raise ValueError("heldout: with greedy false, samples must be >= 1")
+        if min(self.family, self.ood_long, self.ood_pairs) < 0:
+            raise ValueError("heldout.family, ood_long and ood_pairs must be >= 0")
+        if self.family_target not in ("cpu", "gpu"):
+            raise ValueError(f"heldout.family_target={self.family_target!r}: choose cpu or gpu")
 
 
 @dataclass
@@ -202,12 +236,19 @@ class TrainConfig:
     """The alternating loop.
 
     name: label of the run (the output directory defaults to runs/<name>).
-    coder_model / proposer_model: a local checkpoint path, or `tiny` to build a tiny random model
-        offline (kernelzero.models.tiny) — the tiny-cpu preset.
+    coder_model: a local checkpoint path; `shipped`, the Coder that ships inside the package
+        (kernelzero/coder/shipped, trained from zero by the project's own recipe); `scratch`, a
+        Coder made from zero at the start of the run (the `cold_start` section: distill the
+        teacher compiler, build a model, fine-tune); or `tiny`, a tiny random model (plumbing
+        tests only: it writes no kernels).
+    proposer_model: a local checkpoint path, or `tiny`.
     tiny_size: (hidden size, layers) of the `tiny` models.
-    rounds: R, Proposer phase then Coder phase, R times.
+    rounds: R, Proposer phase then Coder phase, R times (0: only the cold start, if any, and the
+        held-out evaluation of round 0).
     proposer_steps / coder_steps: N_P / N_C optimizer steps per phase.
-    seed_tasks: tasks the Coder trains on besides the pool (None: the package's example tasks);
+    seed_tasks: tasks the Coder trains on besides the pool: a task directory, `family:N` (N
+        training modules of the op family, never a held-out one), or None (the package's
+        example tasks);
         keeps the Coder phase fed while the pool is still empty.
     seed: seed of every RNG (torch, numpy, python); restored from checkpoints on resume.
     device: `cpu` or `cuda` for the policy models (the evaluator's device is eval.device).
@@ -220,6 +261,7 @@ class TrainConfig:
         run several times faster on 1 thread than on 2 contended ones.
     reward: where candidates are judged (RewardConfig: the local pool, a Ray cluster, or a reward
         service at a URL).
+    cold_start: how a `scratch` Coder is made (kernelzero.train.cold_start.ColdStartConfig).
     eval: keyword arguments of kernelzero.eval.EvalConfig.
     """
 
@@ -243,6 +285,7 @@ class TrainConfig:
     proposer: ProposerConfig = field(default_factory=ProposerConfig)
     heldout: HeldOutConfig = field(default_factory=HeldOutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    cold_start: Any = None
     eval: dict[str, Any] = field(default_factory=lambda: {"device": "cpu", "tolerance": "paper"})
 
     def __post_init__(self) -> None:
@@ -254,11 +297,17 @@ class TrainConfig:
             self.heldout = HeldOutConfig(**self.heldout)
         if isinstance(self.reward, dict):
             self.reward = RewardConfig(**self.reward)
+        from kernelzero.train.cold_start import ColdStartConfig
+        if self.cold_start is None:
+            self.cold_start = ColdStartConfig()
+        elif isinstance(self.cold_start, dict):
+            self.cold_start = ColdStartConfig(**self.cold_start)
         self.tiny_size = tuple(int(x) for x in self.tiny_size)
         if len(self.tiny_size) != 2 or self.tiny_size[0] % 32 or self.tiny_size[1] < 1:
             raise ValueError(f"tiny_size={self.tiny_size}: want [hidden size (multiple of 32), layers]")
-        if self.rounds < 1 or self.proposer_steps < 0 or self.coder_steps < 0:
-            raise ValueError("rounds must be >= 1 and proposer_steps / coder_steps >= 0")
+        if self.rounds < 0 or self.proposer_steps < 0 or self.coder_steps < 0:
+            raise ValueError("rounds, proposer_steps and coder_steps must be >= 0 (rounds: 0 runs "
+                             "only the cold start and the held-out evaluation)")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"torch_threads={self.torch_threads}: must be >= 1 (or null for torch's default)")
         if self.device not in ("cpu", "cuda"):
@@ -334,8 +383,10 @@ def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
 
 def from_dict(data: dict) -> TrainConfig:
     """Build a TrainConfig, naming unknown keys (a typo should not silently fall back to a default)."""
+    from kernelzero.train.cold_start import ColdStartConfig
+
     sections = {"coder": CAGRPOConfig, "proposer": ProposerConfig, "heldout": HeldOutConfig,
-                "reward": RewardConfig}
+                "reward": RewardConfig, "cold_start": ColdStartConfig}
     top = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = [k for k in data if k not in top]
     for name, cls in sections.items():

@@ -66,13 +66,17 @@ def load_task_source(spec: str | Path) -> list[Task]:
     return load_tasks(path)
 
 
-def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path) -> dict:
+JUDGE_CHUNK = 256
+
+
+def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, progress: bool = False) -> dict:
     """Sample, judge, keep, write; returns counts {tasks, samples, judged, correct, kept,
     tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}."""
     from kernelzero.coder.prompts import PromptConfig, build_prompt
     from kernelzero.models import SamplingConfig, load_backend
     from kernelzero.train.ca_grpo import to_candidate
     from kernelzero.train.judging import Judge, VerdictCache
+    from tqdm.auto import tqdm
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -94,7 +98,15 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path) -
                 continue
             pairs.append((t, cand))
             where.append((ti, s, c))
-    verdicts = judge.judge(pairs, context={"phase": "distill", "teacher": cfg.teacher})
+    verdicts = []
+    # Judged in chunks, each cached as soon as it is done: a long distillation shows its progress
+    # and a killed one resumes where it stopped.
+    chunks = range(0, len(pairs), JUDGE_CHUNK)
+    with tqdm(total=len(pairs), desc="distill: judging", unit="kernel", disable=not progress) as bar:
+        for start in chunks:
+            chunk = pairs[start:start + JUDGE_CHUNK]
+            verdicts += judge.judge(chunk, context={"phase": "distill", "teacher": cfg.teacher})
+            bar.update(len(chunk))
     kept: dict[int, list[tuple[int, str, object]]] = {}
     for (ti, s, c), v in zip(where, verdicts):
         if v.correct:

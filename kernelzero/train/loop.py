@@ -47,6 +47,7 @@ import yaml
 from kernelzero.train.checkpoint import PHASES, RunState, restore_rng, save_rng
 from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge, VerdictCache, open_pool
+from kernelzero.train.report import plot_heldout
 from kernelzero.train.steplog import StepLogger, read_steps
 
 EXAMPLE_TASKS = Path(__file__).resolve().parent.parent / "examples" / "tasks"
@@ -98,6 +99,7 @@ class Loop:
             if last:
                 restore_rng(self.out / "ckpt" / last / "rng.pt")
         self.tb = None
+        self._sets = None
 
     # ------------------------------------------------------------------ setup
     def _models(self) -> None:
@@ -107,33 +109,76 @@ class Loop:
                 continue
             spec = getattr(self.cfg, attr)
             if spec == "tiny":
-                from kernelzero.models.tiny import build_tiny_model
-                path = self.out / "models" / f"{role}-init"
-                done = path / "kernelzero_tiny.json"  # written last by build_tiny_model
-                if self.rank == 0 and not done.exists():
-                    phase = getattr(self.cfg, role)  # positions for its longest prompt + answer
-                    positions = max(4096, phase.max_prompt_tokens + phase.max_completion_tokens)
-                    build_tiny_model(path, seed=self.cfg.seed + (0 if role == "coder" else 1),
-                                     hidden_size=self.cfg.tiny_size[0], num_layers=self.cfg.tiny_size[1],
-                                     max_position_embeddings=positions)
-                deadline = time.time() + 600
-                while not done.exists() and time.time() < deadline:  # other ranks: wait for rank 0
-                    time.sleep(0.5)
-                spec = str(path)
+                spec = str(self._tiny(role))
+            elif spec == "shipped" and role == "coder":
+                from kernelzero.coder.shipped import shipped_coder
+                spec = str(shipped_coder())
+            elif spec == "scratch" and role == "coder":
+                spec = self._cold_start()
             if not Path(spec).exists():
                 raise FileNotFoundError(f"{attr}={spec!r}: no such checkpoint directory")
             setattr(self.state, attr, spec)
+        self.state.save(self.out / "state.json") if self.rank == 0 else None
+
+    def _tiny(self, role: str) -> Path:
+        from kernelzero.models.tiny import build_tiny_model
+        path = self.out / "models" / f"{role}-init"
+        done = path / "kernelzero_tiny.json"  # written last by build_tiny_model
+        if self.rank == 0 and not done.exists():
+            phase = getattr(self.cfg, role)  # positions for its longest prompt + answer
+            positions = max(4096, phase.max_prompt_tokens + phase.max_completion_tokens)
+            build_tiny_model(path, seed=self.cfg.seed + (0 if role == "coder" else 1),
+                             hidden_size=self.cfg.tiny_size[0], num_layers=self.cfg.tiny_size[1],
+                             max_position_embeddings=positions)
+        _wait_for(done)
+        return path
+
+    def _cold_start(self) -> str:
+        """A Coder from zero (cold_start.py): distil the teacher, build, fine-tune. Rank 0 does it;
+        the others wait for the model. Its figures go to state.json and summary.json."""
+        from kernelzero.train.cold_start import run_cold_start
+        where = self.out / "cold_start"
+        if self.rank == 0:
+            self.log("cold start: the Coder is made from zero (teacher distillation, then SFT)")
+            with self._distill_pool() as pool:
+                figures = run_cold_start(self.cfg.cold_start, where, pool, log=self.log)
+            self.state.cold_start = {k: v for k, v in figures.items() if k != "config"}
+        _wait_for(where / "cold_start.json")
+        return str(where / "model")
+
+    @contextlib.contextmanager
+    def _distill_pool(self):
+        """The teacher's kernels are small training modules: judged on the CPU (the Triton
+        interpreter), with as many workers as the machine has cores to spare, whatever device
+        the run's rollouts are judged on."""
+        from kernelzero.eval import EvalConfig, Evaluator
+        if self.cfg.eval.get("device", "cpu") == "cpu":
+            yield self.evaluator
+            return
+        workers = max(1, (os.cpu_count() or 2) - 2)
+        with Evaluator(EvalConfig(device="cpu", tolerance=self.cfg.eval.get("tolerance", "strict"),
+                                  max_workers=workers)) as ev:
+            yield ev
 
     def _seed_tasks(self) -> list:
-        """The seed tasks minus any held-out task (by content hash): held out means held out."""
-        from kernelzero.tasks import load_tasks
-        held = {t.hash for t in self._heldout_tasks()}
-        return [t for t in load_tasks(self.cfg.seed_tasks or EXAMPLE_TASKS) if t.hash not in held]
-
-    def _heldout_tasks(self) -> list:
-        from kernelzero.tasks import load_tasks
-        tasks = load_tasks(self.cfg.heldout.tasks or EXAMPLE_TASKS)
-        return tasks[-self.cfg.heldout.limit:] if self.cfg.heldout.limit else tasks
+        """The tasks the Coder trains on besides the pool, minus any held-out task (by content
+        hash): held out means held out. `seed_tasks: family:N` draws N training modules of the op
+        family (a stream of its own, apart from the cold start's)."""
+        from kernelzero.tasks import Task, load_tasks
+        if self._sets is None:
+            from kernelzero.train.heldout import heldout_sets
+            self._sets = heldout_sets(self.cfg, EXAMPLE_TASKS)
+        held = {t.hash for tasks in self._sets.values() for t in tasks}
+        spec = self.cfg.seed_tasks
+        if spec and spec.startswith("family:"):
+            from kernelzero.family import FamilyConfig
+            from kernelzero.family.holdout import training_modules
+            mods = training_modules(int(spec.split(":", 1)[1]), seed=self.cfg.seed + 17,
+                                    config=FamilyConfig(**self.cfg.cold_start.family))
+            tasks = [Task(source=m.source, name=f"seed_{i}_{m.name}", meta=m.meta) for i, m in enumerate(mods)]
+        else:
+            tasks = load_tasks(spec or EXAMPLE_TASKS)
+        return [t for t in tasks if t.hash not in held]
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
@@ -158,6 +203,8 @@ class Loop:
             if self.rank == 0:
                 from torch.utils.tensorboard import SummaryWriter
                 self.tb = SummaryWriter(str(self.out / "tb"))
+            if self.rank == 0 and not self.state.heldout:
+                self._baseline()
             for r in range(self.cfg.rounds):
                 for phase in PHASES:
                     if not self.state.is_done(r, phase):
@@ -168,8 +215,12 @@ class Loop:
             self.tb.close()
         summary = {"out": str(self.out), "steps": self.state.steps, "phases": list(self.state.done),
                    "verdicts": len(self.cache), "pool": len(self.pool), "resumed": self.resumed,
-                   "judging": self.cfg.reward.where,
-                   "wall_s": time.perf_counter() - t0}
+                   "judging": self.cfg.reward.where, "coder_model": self.cfg.coder_model,
+                   "cold_start": self.state.cold_start or None, "heldout": self.state.heldout,
+                   "frontier_band_share": self._band_shares(), "wall_s": time.perf_counter() - t0}
+        if self.rank == 0:
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+            plot_heldout(self.out / "reports", self.state.heldout)
         return summary
 
     def _phase(self, r: int, phase: str) -> None:
@@ -255,22 +306,59 @@ class Loop:
                 "frontier_mean": _mean([h["reward"] for h in hist if h["valid"]]),
                 "reward_mean": _mean([h["reward"] for h in hist]), "valid": len(reward.valid_modules),
                 "in_band": sum(bool(h.get("in_band")) for h in hist),
+                "band_share": (sum(bool(h.get("in_band")) for h in hist if h["valid"])
+                               / max(1, sum(bool(h["valid"]) for h in hist))),
                 "rejections": _count([h["reason"] for h in hist if not h["valid"]])}
         return trainer, info
 
     # ------------------------------------------------------------------ reports
+    def _heldout(self, round_idx: int) -> dict:
+        from kernelzero.train.heldout import heldout_sets
+        from kernelzero.train.report import heldout_eval
+
+        if self._sets is None:
+            self._sets = heldout_sets(self.cfg, EXAMPLE_TASKS)
+        self.log(f"held-out evaluation, round {round_idx} ({'before RL' if round_idx == 0 else 'after RL'})")
+        return heldout_eval(self.cfg, self.state.coder_model, self._sets, self.judge,
+                            self.out / "reports" / f"round_{round_idx}", log=self.log,
+                            context={"round": round_idx, "phase": "heldout"})
+
+    def _baseline(self) -> None:
+        """Round 0: the Coder before any RL (the cold start's or the given checkpoint)."""
+        held = self._heldout(0)
+        self.state.heldout.append(held)
+        self.state.save(self.out / "state.json")
+
     def _report(self, r: int) -> None:
-        from kernelzero.train.report import heldout_eval, write_round_report
+        from kernelzero.train.report import write_round_report
 
         if self.rank != 0:
             return
-        held = heldout_eval(self.cfg, self.state.coder_model, self._heldout_tasks(), self.judge,
-                            self.out / "reports" / f"round_{r}", context={"round": r, "phase": "heldout"})
+        held = self._heldout(r + 1)
         phases = {p: json.loads((self.out / "ckpt" / RunState.phase_id(r, p) / "phase.json").read_text())
                   for p in PHASES}
-        write_round_report(self.out, r, phases, held, self.pool, read_steps(self.steplog), self.tb)
+        write_round_report(self.out, r + 1, phases, held, self.pool, read_steps(self.steplog), self.tb)
+        self.state.heldout.append(held)
         self.state.reported_rounds.append(r)
         self.state.save(self.out / "state.json")
+
+    def _band_shares(self) -> list[dict]:
+        """Per round: the share of the Proposer's valid modules whose p fell inside the band."""
+        out = []
+        for r in range(self.cfg.rounds):
+            path = self.out / "ckpt" / RunState.phase_id(r, "proposer") / "phase.json"
+            if path.exists():
+                info = json.loads(path.read_text())
+                out.append({"round": r + 1, "valid": info.get("valid"), "in_band": info.get("in_band"),
+                            "share": info.get("band_share")})
+        return out
+
+
+def _wait_for(path: Path, timeout_s: float = 3600) -> None:
+    """Ranks other than 0 wait for what rank 0 writes (a model, the cold start)."""
+    deadline = time.time() + timeout_s
+    while not path.exists() and time.time() < deadline:
+        time.sleep(0.5)
 
 
 def latest_group_flags(history: list[dict], task_hashes: set[str]) -> dict[str, list[bool]]:

@@ -35,12 +35,12 @@ def coder_backend(cfg: TrainConfig, coder_model: str):
 
 def coder_side(cfg: TrainConfig, coder_model: str):
     """(generate, prompt, to_candidate) for the current Coder checkpoint, and a closer."""
-    from kernelzero.coder.prompts import PromptConfig, build_prompt
+    from kernelzero.coder.prompts import build_prompt
     from kernelzero.models import SamplingConfig
     from kernelzero.train.ca_grpo import to_candidate
 
     backend = coder_backend(cfg, coder_model)
-    pc = PromptConfig(backend=cfg.coder.backend, example=cfg.coder.prompt_example)
+    pc = cfg.coder.prompt_config()
     calls = [0]
 
     def generate(prompts, n):

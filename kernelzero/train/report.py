@@ -18,46 +18,23 @@ ROUND_SERIES = ("proposer_valid_rate", "frontier_reward_mean", "pool_size", "pas
                 "fast_1", "gate_open_rate")
 
 
-def heldout_eval(cfg: TrainConfig, coder_model: str, tasks: list, judge: Judge, out_dir: Path,
-                 context: dict) -> dict:
-    """pass@k / fast_p of the Coder on held-out tasks; returns the metrics summary (+ timings)."""
-    import time
-
-    from kernelzero.coder.prompts import PromptConfig, build_prompt
-    from kernelzero.metrics import summarize
-    from kernelzero.models import SamplingConfig
+def heldout_eval(cfg: TrainConfig, coder_model: str, sets: dict, judge: Judge, out_dir: Path,
+                 context: dict, log=print) -> dict:
+    """The Coder on every held-out set (kernelzero.train.heldout); writes each set's usual report
+    (report.md, summary.json, plots) under out_dir/<set>/ and returns the summary.json entry
+    (`heldout.headline`) with the full figures under `detail`."""
     from kernelzero.report import write_report
-    from kernelzero.train.ca_grpo import to_candidate
-    from kernelzero.train.proposer_tools import coder_backend
+    from kernelzero.train.heldout import evaluate_coder, headline
 
-    ho = cfg.heldout
-    t0 = time.perf_counter()
-    backend = coder_backend(cfg, coder_model)
-    pc = PromptConfig(backend=cfg.coder.backend, example=cfg.coder.prompt_example)
-    outs = backend.generate([build_prompt(t, pc) for t in tasks], ho.samples,
-                            SamplingConfig(temperature=cfg.coder.temperature,
-                                           max_new_tokens=cfg.coder.max_completion_tokens,
-                                           seed=cfg.seed + context.get("round", 0)))
-    del backend
-    t_gen = time.perf_counter() - t0
-    pairs = [(t, to_candidate(c)) for t, cs in zip(tasks, outs) for c in cs]
-    verdicts = judge.judge(pairs, context=context)
-    records = [{"task": t.key, "correct": v.correct, "speedup": v.speedup,
-                "speedup_compile": v.speedup_compile, "status": v.status}
-               for (t, _), v in zip(pairs, verdicts)]
-    summary = summarize(records, ks=list(ho.ks), n_boot=200, seed=cfg.seed)
-    summary["timings_s"] = {"generation": t_gen, "evaluation": judge.last.latency_s}
-    write_report(summary, out_dir, title=f"Coder held-out evaluation, round {context.get('round')}")
-    return summary
-
-
-def _metric(summary: dict, *path):
-    cur = summary
-    for p in path:
-        if not isinstance(cur, dict) or p not in cur or cur[p] is None:
-            return None
-        cur = cur[p]
-    return cur.get("value") if isinstance(cur, dict) else cur
+    result = evaluate_coder(cfg, coder_model, sets, judge, context, log=log)
+    for name, fig in result["sets"].items():
+        main = fig.get("greedy") or fig["sampled"]
+        write_report(main, Path(out_dir) / name,
+                     title=f"Coder held-out evaluation ({name}), round {context.get('round')}")
+    entry = headline(result, context.get("round", 0))
+    entry["timings_s"] = result["timings_s"]
+    entry["statuses"] = (next(iter(result["sets"].values())).get("greedy") or {}).get("statuses", {})
+    return entry
 
 
 def p_histogram(pool, bins: int = 5) -> list[int]:
@@ -81,13 +58,16 @@ def round_figures(phases: dict, held: dict, pool, ks: tuple[int, ...], band=(0.0
         "pool_size": len(pool),
         "pool_in_band": len(pool.in_band(*band)),
         "pool_p_histogram": {"bins": [0, 0.2, 0.4, 0.6, 0.8, 1.0], "counts": p_histogram(pool, 5)},
-        "pass@1": _metric(held, "pass_at_k", "1"),
-        "pass@k": _metric(held, "pass_at_k", kmax),
+        "pass@1": held.get("pass@1"),
+        "pass@1_ci": held.get("pass@1_ci"),
+        "pass@k": (held.get("pass@k") or {}).get(kmax),
         "k": int(kmax),
-        "fast_1": _metric(held, "fast_p", "eager", "1"),
+        "fast_1": held.get("fast_1"),
+        "heldout_sets": held.get("sets", {}),
         "gate_open_rate": coder.get("gate_open_rate"),
         "coder_train_correct_rate": coder.get("correct_rate"),
         "heldout_statuses": held.get("statuses", {}),
+        "frontier_band_share": prop.get("band_share"),
         "times_s": {"proposer": prop.get("times_s", {}), "coder": coder.get("times_s", {}),
                     "heldout": held.get("timings_s", {})},
     }
@@ -160,4 +140,36 @@ def plot_rounds(rep: Path) -> Path | None:
     fig.tight_layout()
     path = rep / "rounds.png"
     fig.savefig(path, dpi=80)
+    return path
+
+
+def plot_heldout(rep: Path, heldout: list[dict]) -> Path | None:
+    """reports/heldout.png: greedy pass@1 of every held-out set against the round (round 0 is
+    before RL), with the bootstrap CI as error bars."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return None
+    if not heldout:
+        return None
+    rep.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    names = list(heldout[0].get("sets", {}))
+    for name in names:
+        pts = [(h["round"], h["sets"][name]) for h in heldout if name in h.get("sets", {})]
+        xs = [r for r, _ in pts]
+        ys = [s["pass@1"] for _, s in pts]
+        lo = [s["pass@1"] - (s["pass@1_ci"][0] if s["pass@1_ci"][0] is not None else s["pass@1"]) for _, s in pts]
+        hi = [(s["pass@1_ci"][1] if s["pass@1_ci"][1] is not None else s["pass@1"]) - s["pass@1"] for _, s in pts]
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=name)
+    ax.set_xlabel("round (0 = before RL)")
+    ax.set_ylabel("greedy pass@1")
+    ax.set_ylim(0, 1)
+    ax.set_xticks([h["round"] for h in heldout])
+    ax.legend()
+    ax.set_title("Coder held-out pass@1")
+    fig.tight_layout()
+    path = rep / "heldout.png"
+    fig.savefig(path, dpi=90)
     return path
