@@ -72,16 +72,20 @@ def test_tiny_cpu_kill_and_resume(tmp_path):
     assert len(keys) == len(set(keys))
     assert set(before_keys) <= set(keys)
     assert set(keys) == {r["key"] for r in _lines(full_dir / "verdicts.jsonl")}
-    # reports for both rounds, a plot, TensorBoard events
+    # held-out before RL (round 0) and after each round, in summary.json; reports for both
+    # rounds, plots, TensorBoard events
+    assert [h["round"] for h in resumed["heldout"]] == [h["round"] for h in summary["heldout"]] == [0, 1, 2]
     for d in (cut_dir, full_dir):
-        for r in (0, 1):
+        assert json.loads((d / "summary.json").read_text())["heldout"][0]["round"] == 0
+        assert (d / "reports" / "heldout.png").exists()
+        for r in (1, 2):
             fig = json.loads((d / "reports" / f"round_{r}.json").read_text())
             assert {"proposer_valid_rate", "frontier_reward_mean", "pool_size", "pass@1", "pass@k",
                     "fast_1", "gate_open_rate", "pool_p_histogram"} <= set(fig)
         assert (d / "reports" / "rounds.png").exists()
         assert list((d / "tb").glob("events.out.tfevents.*"))
-    r1 = json.loads((cut_dir / "reports" / "round_1.json").read_text())
-    assert r1 == {**r1, **{k: json.loads((full_dir / "reports" / "round_1.json").read_text())[k]
+    r1 = json.loads((cut_dir / "reports" / "round_2.json").read_text())
+    assert r1 == {**r1, **{k: json.loads((full_dir / "reports" / "round_2.json").read_text())[k]
                            for k in ("proposer_valid_rate", "pass@1", "pool_size", "gate_open_rate")}}
 
 

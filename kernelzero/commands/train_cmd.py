@@ -25,6 +25,9 @@ def register(sub) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last complete phase")
     p.add_argument("--rounds", type=int, default=None, help="override the config's rounds")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, e.g. --set cold_start.data=data.jsonl or "
+                        "--set coder.learning_rate=1e-5 (VALUE is read as YAML; repeatable)")
     g = p.add_argument_group("judging (override the config's reward section)")
     g.add_argument("--pool", choices=("local", "ray"), default=None,
                    help="judge in this machine's sandboxed workers, or across a Ray cluster "
@@ -56,11 +59,29 @@ def _reward_overrides(args) -> dict | None:
     return None
 
 
+def _put(tree: dict, path: list[str], value) -> None:
+    """tree[a][b]... = value for the dotted key a.b..., making sections as needed."""
+    from kernelzero.cli import UsageError
+
+    for part in path[:-1]:
+        tree = tree.setdefault(part, {})
+        if not isinstance(tree, dict):
+            raise UsageError(f"--set: {part!r} is not a section")
+    tree[path[-1]] = value
+
+
 def run(args) -> int:
+    import yaml
+
     from kernelzero.cli import UsageError
     from kernelzero.train.config import load_config
 
     overrides = {"rounds": args.rounds} if args.rounds is not None else {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set cold_start.data=data.jsonl")
+        _put(overrides, key.strip().split("."), yaml.safe_load(value))
     reward = _reward_overrides(args)
     if reward:
         overrides["reward"] = reward
@@ -80,7 +101,7 @@ def run(args) -> int:
         raise UsageError(str(e)) from None
     try:
         summary = loop.run()
-    except PoolUnavailable as e:
+    except (PoolUnavailable, FileNotFoundError) as e:  # a service, a checkpoint or data not there
         raise UsageError(str(e)) from None
     except RewardServiceError as e:  # failed for good mid-run, after the client's retries
         print(f"kernelzero train: the reward service failed: {e} (verdicts reached so far are "

@@ -167,6 +167,7 @@ class FastGenerator:
         self.top_p = torch.ones(1, dtype=torch.float32, device=self.device)
         self.slots = torch.arange(T, device=self.device)
         self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self.graph_error: str | None = None  # why decoding runs without a graph, if it does
         self._generator = torch.Generator(device=self.device)
 
     def refresh(self) -> None:
@@ -241,30 +242,43 @@ class FastGenerator:
         self.step_idx += 1
 
     def _step(self, mode: tuple) -> None:
-        if not (self.config.cuda_graph and self.device.type == "cuda"):
+        if not (self.config.cuda_graph and self.device.type == "cuda") or self.graph_error:
             self._decode_step(mode)
             return
         graph = self._graphs.get(mode)
         if graph is None:
-            # Warm up on a side stream (lazy init, autotuning), then capture. The state buffers
-            # are saved and restored around both so capturing does not advance the decode.
-            saved = [t.clone() for t in self._state()]
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):
-                    self._decode_step(mode)
-            torch.cuda.current_stream().wait_stream(s)
-            for t, v in zip(self._state(), saved):
-                t.copy_(v)
-            graph = torch.cuda.CUDAGraph()
-            graph.register_generator_state(self._generator)
-            with torch.cuda.graph(graph):
+            try:
+                graph = self._capture(mode)
+            except RuntimeError as e:  # a capture this driver or build refuses: decode eagerly
+                import warnings
+                self.graph_error = f"{type(e).__name__}: {e}"
+                warnings.warn(f"fastgen: CUDA graph capture failed, decoding without it ({self.graph_error})")
+                torch.cuda.synchronize()
                 self._decode_step(mode)
-            for t, v in zip(self._state(), saved):
-                t.copy_(v)
-            self._graphs[mode] = graph
+                return
         graph.replay()
+
+    def _capture(self, mode: tuple):
+        """Capture one decode step as a CUDA graph: warm up on a side stream (lazy init),
+        then capture; the state is saved and restored around both, so capturing does not
+        advance the decode."""
+        saved = [t.clone() for t in self._state()]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(2):
+                self._decode_step(mode)
+        torch.cuda.current_stream().wait_stream(s)
+        for t, v in zip(self._state(), saved):
+            t.copy_(v)
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(self._generator)
+        with torch.cuda.graph(graph):
+            self._decode_step(mode)
+        for t, v in zip(self._state(), saved):
+            t.copy_(v)
+        self._graphs[mode] = graph
+        return graph
 
     def _state(self) -> list[torch.Tensor]:
         return [self.tok, self.pos, self.cur, self.step_idx, self.finished, self.out,

@@ -29,6 +29,7 @@ from trl import GRPOConfig, GRPOTrainer
 from kernelzero.tasks import Candidate, Task
 from kernelzero.train.checkpoint import OptimizerCarryMixin
 from kernelzero.train.config import CAGRPOConfig, TrainConfig
+from kernelzero.train.fast_rollouts import FastRolloutMixin
 from kernelzero.train.judging import Judge
 from kernelzero.train.rewards import ca_grpo_rewards, speed_score
 from kernelzero.train.steplog import PhaseTimerMixin, quiet
@@ -99,7 +100,7 @@ class EvaluatorReward(RawRewardSource):
                 for v in verdicts]
 
 
-class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, GRPOTrainer):
+class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, GRPOTrainer):
     """GRPOTrainer whose rewards are CA-GRPO's, with the group gate applied after the gather.
 
     `reward` is the per-process RawRewardSource; `ca` holds alpha, beta and the group size.
@@ -130,6 +131,7 @@ class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, GRPOTrainer):
         metrics = self._metrics[mode]
         metrics["ca_grpo/correct_rate"].append(comps.correct_rate)
         metrics["ca_grpo/gate_open_rate"].append(comps.gate_open_rate)
+        metrics["ca_grpo/mixed_group_rate"].append(comps.mixed_group_rate)
         metrics["ca_grpo/mean_speed_score"].append(
             comps.mean_speed_score if comps.mean_speed_score is not None else float("nan"))
         metrics["ca_grpo/eval_latency_s"].append(float(latency.max()))

@@ -45,6 +45,12 @@ class ColdStartConfig:
     tokenizer_rows: rows the tokenizer is trained on (a prefix of the data).
     seed: the modules' stream, the model's initialisation and the SFT order.
     sft: SFTRunConfig fields (learning rate, steps, batch size, bf16, ...), over DEFAULT_SFT.
+    curve_every: every this many SFT steps, measure greedy pass@1 on `curve_tasks` in-family
+        held-out modules (a learning curve in the figures); 0 for none.
+    curve_tasks: held-out modules of the learning curve.
+    time_budget_s: fit the SFT into about this many seconds: a short calibration run measures
+        the steps per second on this machine, and the SFT's step count (and so its learning-rate
+        schedule) is set to fill the budget; None trains `sft`'s epochs or steps.
     """
 
     preset: str = "cpu"
@@ -54,6 +60,9 @@ class ColdStartConfig:
     tokenizer_rows: int = 4000
     seed: int = 0
     sft: dict = field(default_factory=dict)
+    curve_every: int = 0
+    curve_tasks: int = 100
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         from kernelzero.family import FamilyConfig
@@ -72,7 +81,11 @@ class ColdStartConfig:
             raise ValueError(f"cold_start.sft: {e}") from None
 
     def sft_config(self) -> SFTRunConfig:
-        return SFTRunConfig(**{"seed": self.seed, **DEFAULT_SFT, **self.sft})
+        """DEFAULT_SFT with this section's `sft` over it; bf16 unless set: on when CUDA is there."""
+        import torch
+
+        bf16 = {"bf16": torch.cuda.is_available()} if "bf16" not in self.sft else {}
+        return SFTRunConfig(**{"seed": self.seed, **DEFAULT_SFT, **bf16, **self.sft})
 
 
 def training_tasks(cfg: ColdStartConfig) -> list:
@@ -103,8 +116,12 @@ def corpus(rows: list[dict]) -> list[str]:
     return [m["content"] for r in rows for m in (*r["prompt"], *r["completion"])]
 
 
-def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=print) -> dict:
-    """Steps 1-4 into `out_dir`; returns the figures (also in `out_dir/cold_start.json`)."""
+def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=print,
+                   curve_config: dict | None = None) -> dict:
+    """Steps 1-4 into `out_dir`; returns the figures (also in `out_dir/cold_start.json`).
+
+    curve_config: {"prompt": PromptConfig, "max_new_tokens": int, "target": "cpu"|"gpu"} for the
+    learning curve (with cfg.curve_every > 0)."""
     from kernelzero.models.scratch import build_from_corpus, is_complete
     from kernelzero.train.sft import load_rows, run_sft
 
@@ -120,6 +137,9 @@ def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=pri
         d = figures["distill"]
         log(f"cold start: {d['kept']} verified rows from {d['judged']} teacher kernels "
             f"({d['skipped']} modules the teacher refused) in {d['wall_s']:.0f} s")
+    if not data.is_file():
+        raise FileNotFoundError(f"cold_start.data={cfg.data}: no such file (distilled rows, as "
+                                "`kernelzero distill` writes them)")
     rows = load_rows(data)
     figures["data"] = {"path": str(data), "rows": len(rows)}
     init = out / "model-init"
@@ -129,7 +149,17 @@ def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=pri
     figures["parameters"] = json.loads((init / "kernelzero_model.json").read_text())["parameters"]
     log(f"cold start: SFT of a {figures['parameters'] / 1e6:.1f}M-parameter `{cfg.preset}` model "
         f"on {len(rows)} rows")
-    figures["sft"] = run_sft(str(init), rows, out / "model", cfg.sft_config(), log=log)
+    sft_cfg = cfg.sft_config()
+    if cfg.time_budget_s:
+        sft_cfg = _fit_to_budget(sft_cfg, str(init), rows, cfg.time_budget_s, out, log)
+        figures["sft_steps_fitted"] = sft_cfg.max_steps
+    callbacks, curve = [], None
+    if cfg.curve_every and curve_config:
+        curve = _curve(cfg, init, evaluator, curve_config, out, log)
+        callbacks.append(curve.callback)
+    figures["sft"] = run_sft(str(init), rows, out / "model", sft_cfg, log=log, callbacks=callbacks)
+    if curve is not None:
+        figures["curve"] = curve.points
     s = figures["sft"]
     log(f"cold start: {s['steps']} steps in {s['wall_s']:.0f} s, train loss {s['train_loss']:.3f}"
         + (f", held-out loss {s['eval_loss_before']:.3f} -> {s['eval_loss_after']:.3f}"
@@ -137,3 +167,53 @@ def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=pri
     figures["model"] = str(out / "model")
     done.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
+
+
+def _curve(cfg: ColdStartConfig, init: Path, evaluator, curve_config: dict, out: Path, log):
+    from transformers import AutoTokenizer
+
+    from kernelzero.family import FamilyConfig
+    from kernelzero.family.holdout import heldout_modules
+    from kernelzero.tasks import Task
+    from kernelzero.train.curve import PassAtOneCurve
+    from kernelzero.train.judging import Judge, VerdictCache
+
+    fam = FamilyConfig(**{**cfg.family, "target": curve_config.get("target", "cpu")})
+    tasks = [Task(source=m.source, name=f"curve_{i}_{m.name}", meta=m.meta)
+             for i, m in enumerate(heldout_modules(cfg.curve_tasks, seed=7, config=fam))]
+    judge = Judge(evaluator, VerdictCache(out / "curve.verdicts.jsonl"))
+    return PassAtOneCurve(tasks, judge, AutoTokenizer.from_pretrained(init), curve_config["prompt"],
+                          every=cfg.curve_every, max_new_tokens=curve_config.get("max_new_tokens", 1024),
+                          log=log, label="in-family held-out")
+
+
+CALIBRATION_STEPS = 30
+
+
+def _fit_to_budget(sft: SFTRunConfig, init: str, rows: list[dict], budget_s: float, out: Path, log):
+    """The SFT config with max_steps set so that training fills about `budget_s` seconds, from a
+    short calibration run's steps per second (its first steps, with their warm-up, left out)."""
+    import dataclasses
+    import shutil
+
+    from kernelzero.train.sft import build_sft_trainer
+    from kernelzero.train.steplog import quiet
+    from transformers import TrainerCallback
+
+    marks: list[float] = []
+
+    class _Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            marks.append(time.perf_counter())
+
+    probe = dataclasses.replace(sft, max_steps=CALIBRATION_STEPS, log_every=0, eval_fraction=0.0)
+    trainer = build_sft_trainer(init, rows, out / "calibration", probe, callbacks=[_Clock()])
+    quiet(trainer)
+    trainer.train()
+    shutil.rmtree(out / "calibration", ignore_errors=True)
+    skip = CALIBRATION_STEPS // 3
+    rate = (len(marks) - 1 - skip) / max(1e-9, marks[-1] - marks[skip])
+    steps = max(1, int(budget_s * rate))
+    log(f"cold start: {rate:.1f} SFT steps/s here; {steps} steps fill the {budget_s:.0f} s budget "
+        f"({steps * sft.batch_size * sft.grad_accum / max(1, len(rows)):.1f} epochs)")
+    return dataclasses.replace(sft, max_steps=steps)

@@ -107,6 +107,13 @@ class ProposerConfig:
     prompt_examples: example modules shown in the Proposer's prompt.
     loss_type / learning_rate / kl_coef / max_*_tokens / temperature: as for the Coder (prompts
         over max_prompt_tokens are left out).
+    frozen: sample, validate and measure modules as usual but never update the Proposer
+        (learning rate 0): the ablation of the Proposer's own learning.
+    kind: `catalog` (API sets from the operator catalog, the catalog Proposer's prompt and
+        validation) or `family` (op sets of the op family the Coder learns; the module must be
+        one the teacher compiles: kernelzero.train.family_proposer).
+    sft_modules: with proposer_model `scratch` (family only): generator modules the Proposer is
+        distilled from before its first phase.
     """
 
     rho: float = -1.0
@@ -123,6 +130,9 @@ class ProposerConfig:
     max_prompt_tokens: int = 2048
     max_completion_tokens: int = 1024
     temperature: float = 1.0
+    frozen: bool = False
+    kind: str = "catalog"
+    sft_modules: int = 8000
 
     def __post_init__(self) -> None:
         self.band = tuple(float(b) for b in self.band)
@@ -135,6 +145,10 @@ class ProposerConfig:
             raise ValueError(f"proposer.band={self.band}: want [low, high] with 0 <= low < high <= 1")
         if self.prompt_examples < 0:
             raise ValueError(f"proposer.prompt_examples={self.prompt_examples}: must be >= 0")
+        if self.kind not in ("catalog", "family"):
+            raise ValueError(f"proposer.kind={self.kind!r}: choose catalog or family")
+        if self.sft_modules < 1:
+            raise ValueError("proposer.sft_modules must be >= 1")
         if not self.api_set_sizes or min(self.api_set_sizes) < 1:
             raise ValueError(f"proposer.api_set_sizes={self.api_set_sizes}: sizes must be >= 1")
         _check_common(self, "proposer")
@@ -149,6 +163,8 @@ class HeldOutConfig:
         texts no training module has), at the trained lengths; 0 for none.
     ood_long: modules with 4-6 ops (longer than trained); 0 for none.
     ood_pairs: modules with an adjacent op pair no training module has; 0 for none.
+    handwritten: the package's modules of the family written by hand in people's own styles
+        (kernelzero/examples/handwritten: no generator wrote them).
     family_target: sizes of the generated modules' inputs (`cpu` or `gpu`).
     seed: the held-out modules' stream (any seed: the held-out rule does not depend on it).
     tasks: a directory of KernelBench-format tasks, evaluated as the set `tasks` (None with no
@@ -162,6 +178,7 @@ class HeldOutConfig:
     family: int = 0
     ood_long: int = 0
     ood_pairs: int = 0
+    handwritten: bool = False
     family_target: str = "cpu"
     seed: int = 7
     tasks: str | None = None
@@ -241,7 +258,8 @@ class TrainConfig:
         Coder made from zero at the start of the run (the `cold_start` section: distill the
         teacher compiler, build a model, fine-tune); or `tiny`, a tiny random model (plumbing
         tests only: it writes no kernels).
-    proposer_model: a local checkpoint path, or `tiny`.
+    proposer_model: a local checkpoint path, `tiny`, or `scratch` (with proposer.kind `family`:
+        a Proposer distilled from the family generator at the start of the run).
     tiny_size: (hidden size, layers) of the `tiny` models.
     rounds: R, Proposer phase then Coder phase, R times (0: only the cold start, if any, and the
         held-out evaluation of round 0).
@@ -251,7 +269,8 @@ class TrainConfig:
         example tasks);
         keeps the Coder phase fed while the pool is still empty.
     seed: seed of every RNG (torch, numpy, python); restored from checkpoints on resume.
-    device: `cpu` or `cuda` for the policy models (the evaluator's device is eval.device).
+    device: `cpu`, `cuda` or `auto` (cuda when there is one) for the policy models (the
+        evaluator's device is eval.device).
     bf16: train in bfloat16 (GPU).
     gradient_checkpointing: trade compute for memory (7B models).
     use_vllm / vllm_mode: generate rollouts with vLLM (`colocate` or `server`), where installed.
@@ -262,7 +281,7 @@ class TrainConfig:
     reward: where candidates are judged (RewardConfig: the local pool, a Ray cluster, or a reward
         service at a URL).
     cold_start: how a `scratch` Coder is made (kernelzero.train.cold_start.ColdStartConfig).
-    eval: keyword arguments of kernelzero.eval.EvalConfig.
+    eval: keyword arguments of kernelzero.eval.EvalConfig (`max_workers: auto`: all cores but two).
     """
 
     name: str = "run"
@@ -310,15 +329,18 @@ class TrainConfig:
                              "only the cold start and the held-out evaluation)")
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"torch_threads={self.torch_threads}: must be >= 1 (or null for torch's default)")
+        if self.device == "auto":
+            import torch
+            self.device = "cuda" if torch.cuda.is_available() else "cpu"
         if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"device={self.device!r}: choose cpu or cuda")
+            raise ValueError(f"device={self.device!r}: choose cpu, cuda or auto")
         if self.sample_backend not in ("hf", "vllm"):
             raise ValueError(f"sample_backend={self.sample_backend!r}: choose hf or vllm")
         if self.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"vllm_mode={self.vllm_mode!r}: choose colocate or server")
         from kernelzero.eval import EvalConfig
         try:
-            EvalConfig(**self.eval)
+            EvalConfig(**self.eval_kwargs())
         except TypeError as e:
             raise ValueError(f"eval section: {e}") from None
 
@@ -329,11 +351,20 @@ class TrainConfig:
         with 30 spares and 18.2 s with 18: docs/perf.md, fourth session); each spare holds a
         CUDA context and library handles (roughly 0.5-1 GB of GPU memory; an estimate)."""
         from kernelzero.eval import EvalConfig
-        cfg = EvalConfig(**self.eval)
+        cfg = EvalConfig(**self.eval_kwargs())
         if cfg.device == "cuda" and "spares" not in self.eval:
             c = self.coder
             cfg.spares = max(cfg.spare_pool_size, (c.group_size + 1) * c.prompts_per_step)
         return cfg
+
+    def eval_kwargs(self) -> dict:
+        """The `eval` section with `max_workers: auto` resolved to all cores but two (judging
+        small modules in the Triton interpreter is CPU work)."""
+        import os
+        kw = dict(self.eval)
+        if kw.get("max_workers") == "auto":
+            kw["max_workers"] = max(1, (os.cpu_count() or 2) - 2)
+        return kw
 
     def to_dict(self) -> dict:
         """The config as plain data, without the reward token: this is what the run directory's
@@ -372,13 +403,18 @@ def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
-    for key, value in (overrides or {}).items():
-        # A section override (`--reward-url` sets reward.url) keeps the file's other keys there.
+    _merge(data, overrides or {})
+    return from_dict(data)
+
+
+def _merge(data: dict, overrides: dict) -> None:
+    """Overrides into the file's data, section by section: `--reward-url` sets reward.url and
+    `--set cold_start.sft.max_steps=9` one key, keeping the file's other keys there."""
+    for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
-            data[key] = {**data[key], **value}
+            _merge(data[key], value)
         else:
             data[key] = value
-    return from_dict(data)
 
 
 def from_dict(data: dict) -> TrainConfig:

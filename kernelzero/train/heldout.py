@@ -2,7 +2,8 @@
 
 Sets (HeldOutConfig names their sizes): `in_family` (op combinations, pairs and texts no
 training module has; kernelzero.family.holdout), `ood_long` (4-6 ops, longer than trained),
-`ood_pairs` (an adjacent op pair never seen in training) and `tasks` (a directory, e.g.
+`ood_pairs` (an adjacent op pair never seen in training), `handwritten` (family modules
+written by hand, kernelzero/examples/handwritten) and `tasks` (a directory, e.g.
 KernelBench problems, or the package's example tasks). Each set is sampled greedily (pass@1:
 one completion per task at temperature 0) and, with `samples`, at the Coder's temperature
 (pass@k); every completion is judged through the run's Judge (cached), and each set is
@@ -36,6 +37,8 @@ def heldout_sets(cfg: TrainConfig, default_tasks: Path) -> dict[str, list]:
                                            "min_ops": max(2, fam.min_ops)}))
             sets[name] = [Task(source=m.source, name=f"{name}_{i}_{m.name}", meta=m.meta)
                           for i, m in enumerate(modules)]
+    if ho.handwritten:
+        sets["handwritten"] = load_tasks(default_tasks.parent / "handwritten")
     if ho.tasks is not None or not sets:
         tasks = load_tasks(ho.tasks or default_tasks)
         sets["tasks"] = tasks[-ho.limit:] if ho.limit else tasks

@@ -115,6 +115,8 @@ class Loop:
                 spec = str(shipped_coder())
             elif spec == "scratch" and role == "coder":
                 spec = self._cold_start()
+            elif spec == "scratch" and role == "proposer":
+                spec = self._proposer_cold_start()
             if not Path(spec).exists():
                 raise FileNotFoundError(f"{attr}={spec!r}: no such checkpoint directory")
             setattr(self.state, attr, spec)
@@ -141,9 +143,23 @@ class Loop:
         if self.rank == 0:
             self.log("cold start: the Coder is made from zero (teacher distillation, then SFT)")
             with self._distill_pool() as pool:
-                figures = run_cold_start(self.cfg.cold_start, where, pool, log=self.log)
+                figures = run_cold_start(self.cfg.cold_start, where, pool, log=self.log, curve_config={
+                    "prompt": self.cfg.coder.prompt_config(), "target": self.cfg.heldout.family_target,
+                    "max_new_tokens": self.cfg.coder.max_completion_tokens})
             self.state.cold_start = {k: v for k, v in figures.items() if k != "config"}
         _wait_for(where / "cold_start.json")
+        return str(where / "model")
+
+    def _proposer_cold_start(self) -> str:
+        if self.cfg.proposer.kind != "family":
+            raise ValueError("proposer_model: scratch needs proposer.kind: family (a Proposer from "
+                             "zero learns the op family's modules)")
+        from kernelzero.train.family_proposer import make_proposer
+        where = self.out / "proposer_cold_start"
+        if self.rank == 0:
+            self.log("proposer cold start: distilled from the family generator, then SFT")
+            make_proposer(self.cfg, where, log=self.log)
+        _wait_for(where / "proposer_cold_start.json")
         return str(where / "model")
 
     @contextlib.contextmanager
@@ -269,6 +285,8 @@ class Loop:
         comps = [h["components"] for h in trainer.reward_history]
         info["gate_open_rate"] = _mean([c["gate_open_rate"] for c in comps])
         info["correct_rate"] = _mean([c["correct_rate"] for c in comps])
+        info["mixed_group_rate"] = _mean([c.get("mixed_group_rate") for c in comps])
+        info["mixed_group_rate_by_step"] = [c.get("mixed_group_rate") for c in comps]
         # Every rank holds the same gathered history, so every rank records the same rows
         # (idempotent per task, round and phase), as the Proposer phase's ranks each add theirs.
         measured = latest_group_flags(trainer.reward_history, {t.hash for t in pool_tasks})
@@ -279,20 +297,27 @@ class Loop:
         return trainer, info
 
     def _proposer_phase(self, r: int, ckpt: Path, seed: int, logger: StepLogger, context: dict):
-        from kernelzero.propose.llm import weakness_summary
         from kernelzero.train.proposer_grpo import FrontierRewardSource, proposer_rows, run_proposer_phase
-        from kernelzero.train.proposer_tools import sample_api_set
 
+        if self.cfg.proposer_steps == 0:
+            return None, {"valid_rate": None, "frontier_mean": None, "valid": 0, "in_band": 0}
+        earlier = [e for e in self.pool.entries() if e.rates and e.rates[0]["round"] < r]
         factory = self.tools_factory
-        if factory is None:
-            from kernelzero.train.proposer_tools import default_tools as factory
+        if self.cfg.proposer.kind == "family":
+            from kernelzero.train import family_proposer as fp
+            factory = factory or fp.family_tools
+            family = self.cfg.cold_start.family
+            sampler = lambda rng, k: fp.sample_api_set(rng, k, family)  # noqa: E731
+            weakness = fp.pool_feedback(earlier)
+        else:
+            from kernelzero.propose.llm import weakness_summary
+            from kernelzero.train.proposer_tools import default_tools, sample_api_set as sampler
+            factory = factory or default_tools
+            weakness = weakness_summary(earlier)
         tools, closer = factory(self.cfg, self.evaluator, self.state.coder_model)
         try:
-            rows = proposer_rows(self.cfg, tools, sample_api_set, weakness_summary(
-                [e for e in self.pool.entries() if e.rates and e.rates[0]["round"] < r]), seed)
+            rows = proposer_rows(self.cfg, tools, sampler, weakness, seed)
             reward = FrontierRewardSource(self.cfg, tools, self.judge, context=lambda: dict(context))
-            if self.cfg.proposer_steps == 0:
-                return None, {"valid_rate": None, "frontier_mean": None, "valid": 0, "in_band": 0}
             trainer = run_proposer_phase(self.cfg, self.state.proposer_model, rows, reward, ckpt / "trl",
                                          seed, [logger], self.state.proposer_optimizer or None, self.world)
         finally:

@@ -140,14 +140,16 @@ def run_proposer_phase(cfg: TrainConfig, model_path: str, rows: list[dict], rewa
 
     from kernelzero.train.ca_grpo import fill_batch, fit_prompts, grpo_args
     from kernelzero.train.checkpoint import OptimizerCarryMixin
+    from kernelzero.train.fast_rollouts import FastRolloutMixin
     from kernelzero.train.steplog import PhaseTimerMixin, quiet
 
-    class ProposerTrainer(PhaseTimerMixin, OptimizerCarryMixin, GRPOTrainer):
+    class ProposerTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, GRPOTrainer):
         pass
 
     pc = cfg.proposer
     args = grpo_args(str(out_dir), group_size=pc.group_size, prompts_per_step=pc.prompts_per_step,
-                     max_steps=cfg.proposer_steps, learning_rate=pc.learning_rate, loss_type=pc.loss_type,
+                     max_steps=cfg.proposer_steps, learning_rate=0.0 if pc.frozen else pc.learning_rate,
+                     loss_type=pc.loss_type,
                      kl_coef=pc.kl_coef, max_completion_tokens=pc.max_completion_tokens,
                      temperature=pc.temperature, seed=seed, num_processes=num_processes, bf16=cfg.bf16,
                      gradient_checkpointing=cfg.gradient_checkpointing, use_vllm=cfg.use_vllm,

@@ -15,7 +15,7 @@ from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge
 
 ROUND_SERIES = ("proposer_valid_rate", "frontier_reward_mean", "pool_size", "pass@1", "pass@k",
-                "fast_1", "gate_open_rate")
+                "fast_1", "gate_open_rate", "mixed_group_rate")
 
 
 def heldout_eval(cfg: TrainConfig, coder_model: str, sets: dict, judge: Judge, out_dir: Path,
@@ -65,6 +65,7 @@ def round_figures(phases: dict, held: dict, pool, ks: tuple[int, ...], band=(0.0
         "fast_1": held.get("fast_1"),
         "heldout_sets": held.get("sets", {}),
         "gate_open_rate": coder.get("gate_open_rate"),
+        "mixed_group_rate": coder.get("mixed_group_rate"),
         "coder_train_correct_rate": coder.get("correct_rate"),
         "heldout_statuses": held.get("statuses", {}),
         "frontier_band_share": prop.get("band_share"),
@@ -127,8 +128,8 @@ def plot_rounds(rep: Path) -> Path | None:
     figs = sorted((json.loads(p.read_text()) for p in rep.glob("round_*.json")), key=lambda f: f["round"])
     if not figs:
         return None
-    fig = Figure(figsize=(12, 6))
-    axes = fig.subplots(2, 4).ravel()
+    fig = Figure(figsize=(12, 9))
+    axes = fig.subplots(3, 3).ravel()
     xs = [f["round"] for f in figs]
     for ax, key in zip(axes, ROUND_SERIES):
         ys = [f.get(key) if f.get(key) is not None else float("nan") for f in figs]
@@ -136,7 +137,8 @@ def plot_rounds(rep: Path) -> Path | None:
         ax.set_title(key)
         ax.set_xlabel("round")
         ax.set_xticks(xs)
-    axes[-1].axis("off")
+    for ax in axes[len(ROUND_SERIES):]:
+        ax.axis("off")
     fig.tight_layout()
     path = rep / "rounds.png"
     fig.savefig(path, dpi=80)

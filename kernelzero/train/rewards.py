@@ -56,6 +56,8 @@ class RewardComponents:
     mean_speed_score: mean S over the correct samples (None when no sample was correct).
     mean_reward: mean r over all samples.
     n_samples / n_groups: sizes of the batch.
+    mixed_group_rate: share of groups whose rewards are not all equal: only those give GRPO a
+        non-zero advantage, so this is the share of the batch that teaches anything.
     """
 
     correct_rate: float
@@ -64,6 +66,7 @@ class RewardComponents:
     mean_reward: float
     n_samples: int
     n_groups: int
+    mixed_group_rate: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,12 +107,14 @@ def ca_grpo_rewards(correct: Sequence[float], speed: Sequence[float], group_size
                for i, (c, s) in enumerate(zip(cs, ss))]
     correct_speeds = [s for c, s in zip(cs, ss) if c == 1.0]
     n = len(cs)
+    groups = [rewards[i:i + group_size] for i in range(0, n, group_size)]
+    mixed = sum(max(g) - min(g) > 1e-12 for g in groups)
     comps = RewardComponents(
         correct_rate=sum(cs) / n if n else 0.0,
         gate_open_rate=sum(gates) / len(gates) if gates else 0.0,
         mean_speed_score=sum(correct_speeds) / len(correct_speeds) if correct_speeds else None,
         mean_reward=sum(rewards) / n if n else 0.0,
-        n_samples=n, n_groups=len(gates))
+        n_samples=n, n_groups=len(gates), mixed_group_rate=mixed / len(groups) if groups else 0.0)
     return rewards, comps
 
 

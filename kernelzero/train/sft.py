@@ -155,10 +155,13 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
 
 
 def run_sft(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFTRunConfig,
-            log=print) -> dict:
+            log=print, callbacks=None) -> dict:
     """Train, save to `out`, and return the figures: steps, rows, final and curve of the training
     loss, the held-out loss before and after (with eval_fraction > 0), wall time, tokens/s."""
-    trainer = build_sft_trainer(model, data, out, cfg, log=log)
+    from kernelzero.train.steplog import quiet
+
+    trainer = build_sft_trainer(model, data, out, cfg, callbacks=callbacks, log=log)
+    quiet(trainer)  # the progress lines (log_every) instead of every log dict
     before = trainer.evaluate()["eval_loss"] if trainer.eval_dataset is not None else None
     t0 = time.perf_counter()
     result = trainer.train()

@@ -1,0 +1,244 @@
+"""The ablations of the seed's three claims, at equal compute, on held-out tasks, with CIs.
+
+    python bench/ablation.py --base kernelzero/train/presets/ablation-cpu.yaml \
+        --arms sft,uniform,frontier,frozen --seeds 0,1,2 --out docs/ablation
+
+Arms (each a `kernelzero train` run from the same cold-start Coder, the base config's `rounds`,
+`coder_steps`, group size and prompts per step: the same Coder updates and judged rollouts):
+    sft           no RL: the Coder as the cold start left it (the SFT-only baseline)
+    uniform       CA-GRPO on family modules drawn uniformly (no Proposer, no frontier selection)
+    frontier      CA-GRPO on the learned Proposer's modules in the frontier band, the Proposer
+                  updated by GRPO on the frontier reward r_P = 1 - 2|p - 0.5|
+    frozen        as frontier, the Proposer never updated (learning rate 0: same sampling)
+    speed_first   CA-GRPO with the speed reward from the first step (alpha = 0)
+    correct_only  correctness reward only (beta = 0)
+(speed_first and correct_only differ from uniform only where candidates are timed: on a GPU.)
+
+Resumable and accumulating: every (arm, seed) run lives in WORK/<arm>-s<seed>; a finished one
+(summary.json written) is not run again, and results of earlier invocations are kept in
+OUT.json under the base config's fingerprint (a run with another budget goes elsewhere). Each
+invocation rewrites OUT.json, OUT.md (the tables) and OUT.png from everything done so far.
+
+Figures: for every arm and held-out set, greedy pass@1 of the final round, pooled over seeds
+(each task's correctness averaged over the seeds), with a percentile bootstrap CI over tasks;
+and each arm's difference to `sft` (and `frontier` to `uniform`), paired by task, with its CI.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+ARMS = {
+    "sft": {"rounds": 0, "proposer_model": "tiny"},
+    "uniform": {"proposer_steps": 0, "proposer_model": "tiny"},
+    "frontier": {},
+    "frozen": {"proposer": {"frozen": True}},
+    "speed_first": {"proposer_steps": 0, "proposer_model": "tiny", "coder": {"alpha": 0.0}},
+    "correct_only": {"proposer_steps": 0, "proposer_model": "tiny", "coder": {"beta": 0.0}},
+}
+PAIRS = [("uniform", "sft"), ("frontier", "sft"), ("frontier", "uniform"), ("frozen", "uniform"),
+         ("frontier", "frozen"), ("uniform", "correct_only"), ("speed_first", "uniform")]
+
+
+def arm_config(base: dict, arm: str, seed: int, coder: str | None) -> dict:
+    cfg = json.loads(json.dumps(base))
+    for key, value in ARMS[arm].items():
+        if isinstance(value, dict):
+            cfg[key] = {**(cfg.get(key) or {}), **value}
+        else:
+            cfg[key] = value
+    cfg["seed"] = seed
+    cfg["name"] = f"{cfg.get('name', 'ablation')}-{arm}-s{seed}"
+    if coder:
+        cfg["coder_model"] = coder
+    return cfg
+
+
+def fingerprint(base: dict, coder: str | None) -> str:
+    return hashlib.sha256(json.dumps([base, coder], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def final_outcomes(run_dir: Path) -> dict[str, dict[str, float]]:
+    """set -> task -> correct (0/1) of the last held-out round's greedy samples, from the run's
+    verdict records (every judged sample is there, with its round, set and sampling)."""
+    from kernelzero.train.judging import load_verdict_records
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    last = max(h["round"] for h in summary["heldout"])
+    out: dict[str, dict[str, float]] = {}
+    for rec in load_verdict_records(run_dir):
+        if rec.get("phase") == "heldout" and rec.get("round") == last and rec.get("sampling") == "greedy":
+            out.setdefault(rec["set"], {})[rec["task"]] = float(rec["verdict"]["status"] == "correct")
+    return out
+
+
+def _bootstrap(values: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    rng = random.Random(seed)
+    n = len(values)
+    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(n_boot))
+    return sum(values) / n, means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]
+
+
+def pooled(results: dict, arm: str) -> dict[str, dict[str, float]]:
+    """set -> task -> correctness averaged over the arm's seeds."""
+    per: dict[str, dict[str, list[float]]] = {}
+    for seed_res in results.get(arm, {}).values():
+        for s, tasks in seed_res.items():
+            for t, c in tasks.items():
+                per.setdefault(s, {}).setdefault(t, []).append(c)
+    return {s: {t: sum(v) / len(v) for t, v in tasks.items()} for s, tasks in per.items()}
+
+
+def tables(results: dict) -> dict:
+    arms = [a for a in ARMS if a in results]
+    figs: dict = {"arms": {}, "differences": []}
+    for arm in arms:
+        p = pooled(results, arm)
+        figs["arms"][arm] = {"seeds": sorted(results[arm]), "sets": {
+            s: dict(zip(("pass@1", "lo", "hi"), _bootstrap(list(v.values())))) | {"n_tasks": len(v)}
+            for s, v in p.items()}}
+    for a, b in PAIRS:
+        if a in results and b in results:
+            pa, pb = pooled(results, a), pooled(results, b)
+            for s in sorted(set(pa) & set(pb)):
+                common = sorted(set(pa[s]) & set(pb[s]))
+                if common:
+                    d = _bootstrap([pa[s][t] - pb[s][t] for t in common])
+                    figs["differences"].append({"a": a, "b": b, "set": s, "delta": d[0], "lo": d[1],
+                                                "hi": d[2], "n_tasks": len(common)})
+    return figs
+
+
+def markdown(figs: dict, meta: dict) -> str:
+    sets = sorted({s for a in figs["arms"].values() for s in a["sets"]})
+    lines = ["# Ablation: held-out greedy pass@1 of the final round", "",
+             f"Base config `{meta['base']}` (fingerprint {meta['fingerprint']}), Coder "
+             f"`{meta['coder']}`; pooled over seeds, 95% bootstrap CI over tasks. "
+             f"Written by `python bench/ablation.py` on {meta['written']} ({meta['machine']}).", "",
+             "| arm | seeds | " + " | ".join(sets) + " |", "|---|---|" + "---|" * len(sets)]
+    for arm, a in figs["arms"].items():
+        cells = []
+        for s in sets:
+            m = a["sets"].get(s)
+            cells.append(f"{m['pass@1']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}] (n={m['n_tasks']})" if m else "n/a")
+        lines.append(f"| {arm} | {len(a['seeds'])} | " + " | ".join(cells) + " |")
+    if figs["differences"]:
+        lines += ["", "Paired differences (a - b), by task:", "", "| a - b | set | delta | 95% CI | holds? |",
+                  "|---|---|---|---|---|"]
+        for d in figs["differences"]:
+            verdict = "yes" if d["lo"] > 0 else ("no: lower" if d["hi"] < 0 else "not shown (CI spans 0)")
+            lines.append(f"| {d['a']} - {d['b']} | {d['set']} | {d['delta']:+.3f} | "
+                         f"[{d['lo']:+.3f}, {d['hi']:+.3f}] | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(figs: dict, path: Path) -> None:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        return
+    arms = list(figs["arms"])
+    sets = sorted({s for a in figs["arms"].values() for s in a["sets"]})
+    if not arms or not sets:
+        return
+    fig = Figure(figsize=(2 + 1.6 * len(sets) * max(1, len(arms)) / 3, 4))
+    ax = fig.subplots()
+    width = 0.8 / len(arms)
+    for i, arm in enumerate(arms):
+        xs, ys, lo, hi = [], [], [], []
+        for j, s in enumerate(sets):
+            m = figs["arms"][arm]["sets"].get(s)
+            if m:
+                xs.append(j + i * width)
+                ys.append(m["pass@1"])
+                lo.append(m["pass@1"] - m["lo"])
+                hi.append(m["hi"] - m["pass@1"])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=arm)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(sets))])
+    ax.set_xticklabels(sets)
+    ax.set_ylabel("greedy pass@1 (final round)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def _machine() -> str:
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()}, {os.cpu_count()} CPU cores"
+    return f"CPU only, {os.cpu_count()} cores"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", required=True, help="the arms' common config (preset name or YAML)")
+    ap.add_argument("--coder", default=None, help="the cold-start Coder every arm starts from "
+                    "(default: the base config's coder_model)")
+    ap.add_argument("--arms", default="sft,uniform,frontier,frozen")
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--out", default="docs/ablation", help="OUT.json, OUT.md and OUT.png")
+    ap.add_argument("--work", default="runs/ablation", help="where the runs live")
+    ap.add_argument("--max-runs", type=int, default=0, help="stop after this many new runs (0: all)")
+    args = ap.parse_args(argv)
+
+    import yaml
+
+    from kernelzero.train.config import PRESET_DIR, from_dict
+    from kernelzero.train.loop import Loop
+
+    base_path = Path(args.base)
+    if not base_path.exists():
+        base_path = PRESET_DIR / f"{args.base}.yaml"
+    base = yaml.safe_load(base_path.read_text())
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown:
+        ap.error(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    fp = fingerprint(base, args.coder)
+    out = Path(args.out)
+    store_path = out.with_suffix(".json")
+    store = json.loads(store_path.read_text()) if store_path.exists() else {}
+    entry = store.setdefault(fp, {"base": str(args.base), "coder": args.coder, "results": {}})
+    work = Path(args.work) / fp
+    new = 0
+    for arm in arms:
+        for seed in seeds:
+            if str(seed) in entry["results"].get(arm, {}):
+                continue
+            run_dir = work / f"{arm}-s{seed}"
+            if not (run_dir / "summary.json").exists():
+                if args.max_runs and new >= args.max_runs:
+                    continue
+                print(f"== ablation {arm} seed {seed} -> {run_dir}", flush=True)
+                t0 = time.perf_counter()
+                cfg = from_dict(arm_config(base, arm, seed, args.coder))
+                Loop(cfg, run_dir, resume=run_dir.exists()).run()
+                new += 1
+                print(f"== {arm} seed {seed} done in {time.perf_counter() - t0:.0f} s", flush=True)
+            entry["results"].setdefault(arm, {})[str(seed)] = final_outcomes(run_dir)
+            store_path.parent.mkdir(parents=True, exist_ok=True)
+            store_path.write_text(json.dumps(store, indent=1) + "\n")
+    figs = tables(entry["results"])
+    entry["tables"] = figs
+    store_path.write_text(json.dumps(store, indent=1) + "\n")
+    meta = {"base": args.base, "fingerprint": fp, "coder": args.coder or base.get("coder_model"),
+            "written": time.strftime("%Y-%m-%d"), "machine": _machine()}
+    out.with_suffix(".md").write_text(markdown(figs, meta))
+    plot(figs, out.with_suffix(".png"))
+    print(markdown(figs, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

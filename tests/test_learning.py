@@ -1,0 +1,210 @@
+"""Learning from zero: canonical prompts, the from-scratch tokenizer and model, the fast sampler,
+the held-out rule, SFT that lowers held-out loss, and the cold start wired into the loop."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernelzero.family import FamilyConfig, generate
+from kernelzero.family import holdout as H
+from kernelzero.tasks import canonical_source
+
+
+# ------------------------------------------------------------------ canonical module text
+def test_canonical_source_drops_docstrings_and_comments_and_is_stable():
+    src = ('"""doc"""\nimport torch\n\nclass Model:\n    """doc"""\n    def forward(self, x):  # c\n'
+           '        """doc"""\n        return x*0.50  # half\n')
+    canon = canonical_source(src)
+    assert "doc" not in canon and "#" not in canon and "x * 0.5" in canon
+    assert canonical_source(canon) == canon
+    assert canonical_source("def broken(:\n") == "def broken(:\n"
+
+
+# ------------------------------------------------------------------ tokenizer and model
+@pytest.fixture(scope="module")
+def family_texts():
+    return [m.source for m in generate(FamilyConfig(), n=60, seed=3)]
+
+
+def test_tokenizer_round_trips_and_splits_digits(family_texts):
+    from kernelzero.models.scratch import train_tokenizer
+
+    tok = train_tokenizer(family_texts[:40], vocab_size=600)
+    for text in family_texts[40:]:  # text the tokenizer never saw
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        assert tok.decode(ids) == text
+    pieces = tok.convert_ids_to_tokens(tok("x * 0.3725", add_special_tokens=False)["input_ids"])
+    assert [p for p in pieces if any(c.isdigit() for c in p)] == ["0", "3", "7", "2", "5"]
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
+                                   tokenize=False)
+    assert chat.endswith("<|im_start|>assistant\n")
+
+
+def test_presets_have_the_documented_sizes(tmp_path, family_texts):
+    from kernelzero.models.scratch import build_from_corpus
+
+    d = build_from_corpus(tmp_path / "m", family_texts, "cpu", seed=1)
+    meta = json.loads((d / "kernelzero_model.json").read_text())
+    assert 2.0e6 < meta["parameters"] < 4.0e6
+    again = build_from_corpus(tmp_path / "m2", family_texts, "cpu", seed=1)
+    assert (d / "model.safetensors").read_bytes() == (again / "model.safetensors").read_bytes()
+
+
+# ------------------------------------------------------------------ fast sampler
+@pytest.fixture(scope="module")
+def lively_model():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)  # large init: a random model whose greedy outputs vary
+    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      initializer_range=0.3, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(cfg).eval()
+
+
+PROMPTS = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16]]
+
+
+def test_fast_sampler_greedy_equals_transformers_generate(lively_model):
+    from kernelzero.models.fastgen import FastGenConfig, FastGenerator
+
+    gen = FastGenerator(lively_model, FastGenConfig(max_batch=4, max_len=64))
+    outs = gen.generate(PROMPTS, 30, temperature=0, eos_token_ids=[0], pad_token_id=1)
+    for prompt, out in zip(PROMPTS, outs):
+        ref = lively_model.generate(torch.tensor([prompt]), max_new_tokens=30, do_sample=False,
+                                    pad_token_id=1, eos_token_id=0)[0, len(prompt):].tolist()
+        ref = ref[:ref.index(0) + 1] if 0 in ref else ref
+        assert out == ref
+    assert len(set(map(tuple, outs))) == len(outs)  # the rows really differ
+
+
+def test_fast_sampler_is_seeded_and_top_p_narrows_to_greedy(lively_model):
+    from kernelzero.models.fastgen import FastGenConfig, FastGenerator
+
+    gen = FastGenerator(lively_model, FastGenConfig(max_batch=8, max_len=64))
+    kw = dict(eos_token_ids=[0], pad_token_id=1)
+    a = gen.generate(PROMPTS * 2, 20, temperature=1.0, seed=5, **kw)
+    b = gen.generate(PROMPTS * 2, 20, temperature=1.0, seed=5, **kw)
+    c = gen.generate(PROMPTS * 2, 20, temperature=1.0, seed=6, **kw)
+    assert a == b and a != c
+    greedy = gen.generate(PROMPTS, 20, temperature=0, **kw)
+    assert gen.generate(PROMPTS, 20, temperature=1.0, top_p=1e-6, seed=9, **kw) == greedy
+
+
+def test_fast_sampler_follows_the_weights_after_refresh(lively_model):
+    from kernelzero.models.fastgen import FastGenConfig, FastGenerator
+
+    gen = FastGenerator(lively_model, FastGenConfig(max_batch=4, max_len=64))
+    before = gen.generate(PROMPTS, 10, temperature=0, eos_token_ids=[0], pad_token_id=1)
+    with torch.no_grad():
+        lively_model.model.layers[0].mlp.down_proj.weight.mul_(-3.0)
+    try:
+        gen.refresh()
+        after = gen.generate(PROMPTS, 10, temperature=0, eos_token_ids=[0], pad_token_id=1)
+    finally:
+        with torch.no_grad():
+            lively_model.model.layers[0].mlp.down_proj.weight.div_(-3.0)
+    assert after != before
+
+
+# ------------------------------------------------------------------ held-out rule
+def test_held_out_modules_never_train():
+    train = H.training_modules(300, seed=1)
+    held = H.heldout_modules(20, seed=2)
+    pairs = H.ood_pair_modules(10, seed=3)
+    assert all(H.role(m.meta) == "train" for m in train)
+    assert all(H.role(m.meta) == "heldout" and len(m.meta["ops"]) >= 2 for m in held)
+    assert all(H.held_pairs(m.meta["ops"]) for m in pairs)
+    train_text = {m.source for m in train}
+    assert not train_text & {m.source for m in held + pairs}
+    from kernelzero.family import combo_key
+    assert not {combo_key(m.meta) for m in train} & {combo_key(m.meta) for m in held}
+    long = H.ood_long_modules(10, seed=4)
+    assert all(4 <= len(m.meta["ops"]) <= 6 for m in long)
+    assert [m.source for m in H.heldout_modules(20, seed=2)] == [m.source for m in held]
+
+
+# ------------------------------------------------------------------ SFT from zero
+def _teacher_rows(n: int, seed: int) -> list[dict]:
+    from kernelzero.coder.prompts import PromptConfig, build_prompt
+    from kernelzero.tasks import Task
+    from kernelzero.teacher import compile_module
+
+    rows = []
+    for i, m in enumerate(generate(FamilyConfig(kinds=("elementwise",), max_ops=2), n=n, seed=seed)):
+        r = compile_module(m.source)
+        if r.ok:
+            prompt = build_prompt(Task(source=m.source, name=f"t{i}"), PromptConfig(style="compact"))
+            rows.append({"prompt": [{"role": x["role"], "content": x["content"]} for x in prompt],
+                         "completion": [{"role": "assistant", "content": f"```python\n{r.kernel_source}```"}]})
+    return rows
+
+
+def test_sft_from_zero_moves_the_weights_and_lowers_held_out_loss(tmp_path):
+    from safetensors.torch import load_file
+
+    from kernelzero.models.scratch import ModelPreset, build_model, train_tokenizer
+    from kernelzero.train.cold_start import corpus
+    from kernelzero.train.sft import SFTRunConfig, run_sft
+
+    rows = _teacher_rows(48, seed=11)
+    tok = train_tokenizer(corpus(rows), vocab_size=800)
+    init = build_model(tmp_path / "init", tok, ModelPreset(hidden=64, layers=2, heads=4, kv_heads=2,
+                                                           intermediate=128, vocab_size=800))
+    res = run_sft(str(init), rows, tmp_path / "out", SFTRunConfig(
+        max_steps=40, batch_size=8, learning_rate=3e-3, lr_scheduler="cosine", warmup_ratio=0.1,
+        eval_fraction=0.15, max_length=2048))
+    assert res["eval_rows"] >= 1 and res["eval_loss_after"] < res["eval_loss_before"] - 0.5
+    assert res["loss_curve"] and res["loss_curve"][-1]["loss"] < res["loss_curve"][0]["loss"]
+    before, after = load_file(str(init / "model.safetensors")), load_file(str(tmp_path / "out" / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+# ------------------------------------------------------------------ the shipped Coder
+def test_shipped_coder_loads_offline(monkeypatch):
+    from kernelzero.coder.shipped import ShippedModelMissing, shipped_coder
+
+    try:
+        path = shipped_coder()
+    except ShippedModelMissing:
+        pytest.fail("the package ships without its Coder (kernelzero/coder/shipped/coder-cpu)")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from kernelzero.models import SamplingConfig, load_backend
+    from kernelzero.coder.prompts import PromptConfig, build_prompt
+    from kernelzero.tasks import Task
+
+    backend = load_backend(f"hf:{path}", device="cpu")
+    src = generate(FamilyConfig(kinds=("elementwise",), max_ops=1), n=1, seed=0)[0].source
+    out = backend.generate([build_prompt(Task(source=src, name="t"), PromptConfig(style="compact"))], 1,
+                           SamplingConfig(temperature=0, max_new_tokens=1024))
+    assert "class ModelNew" in out[0][0] and "@triton.jit" in out[0][0]
+
+
+# ------------------------------------------------------------------ the cold start in the loop
+def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path):
+    from kernelzero.train.config import from_dict
+    from kernelzero.train.loop import Loop
+
+    cfg = from_dict({
+        "name": "cold", "coder_model": "scratch", "proposer_model": "tiny", "tiny_size": [32, 1],
+        "rounds": 0, "device": "cpu", "torch_threads": 1,
+        "coder": {"prompt_style": "compact", "prompt_example": False, "max_prompt_tokens": 1024,
+                  "max_completion_tokens": 64},
+        "cold_start": {"preset": "cpu", "modules": 6, "family": {"kinds": ["elementwise"], "max_ops": 2},
+                       "sft": {"max_steps": 3, "batch_size": 2, "log_every": 0, "eval_fraction": 0.2}},
+        "heldout": {"family": 2, "handwritten": False, "samples": 0, "ks": [1]},
+        "eval": {"device": "cpu", "max_workers": 2, "correctness_trials": 2, "hardening_trials": False},
+    })
+    summary = Loop(cfg, tmp_path / "run", log=lambda *_: None).run()
+    cs = summary["cold_start"]
+    assert cs["distill"]["judged"] == 6 and cs["distill"]["kept"] == cs["data"]["rows"] >= 5
+    assert cs["sft"]["steps"] == 3 and cs["sft"]["eval_loss_after"] is not None
+    assert (tmp_path / "run" / "cold_start" / "model" / "model.safetensors").exists()
+    assert [h["round"] for h in summary["heldout"]] == [0]
+    assert summary["heldout"][0]["sets"]["in_family"]["n_tasks"] == 2
+    on_disk = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert on_disk["heldout"] == summary["heldout"]
+    # a second run in the same directory resumes: nothing is made again
+    again = Loop(cfg, tmp_path / "run", resume=True, log=lambda *_: None).run()
+    assert again["cold_start"] == cs
