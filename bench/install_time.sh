@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Fresh-clone time of the README's first command, as a new user meets it: a fresh clone of a
+# checkout's committed HEAD, a fresh venv, pip's cache off, then the README's first command line
+# (`pip install ... && kernelzero train ...`) run in two timed halves: the install, then the main
+# job, whose first line of output is timestamped.
+#
+#   bash bench/install_time.sh [CHECKOUT] [RESULT_JSON]
+#
+# Prints and writes (default: /tmp/install_time.json) install_s, first_line_s (from the command's
+# start to the main job's first line: the 2-minute target), job_s, total_s, the number of
+# packages installed, the first line itself and the host's 1-minute load average before and after
+# (the time is shared-host noise when that is high). The main job runs under TRITON_INTERPRET=1
+# as on any CPU machine.
+set -euo pipefail
+SRC=$(cd "${1:-$(dirname "$0")/..}" && pwd)
+RESULT=${2:-/tmp/install_time.json}
+WORK=$(mktemp -d /tmp/kz_install.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+git clone -q "$SRC" "$WORK/c"
+cd "$WORK/c"
+# The README's first command: the first line of its first bash block that runs pip install.
+CMD=$(awk '/^```bash/{f=1; next} /^```/{if (f) exit} f && /pip install/ {print; exit}' README.md)
+CMD=${CMD%%#*}
+INSTALL=${CMD%% && *}
+JOB=${CMD#* && }
+[ "$INSTALL" != "$CMD" ] || { echo "README's first command has no '&&'-joined main job: $CMD" >&2; exit 1; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+LOAD0=$(load)
+python3 -m venv "$WORK/v"
+export PATH="$WORK/v/bin:$PATH" PIP_NO_CACHE_DIR=1 TRITON_INTERPRET=1
+T0=$(date +%s.%N)
+bash -c "$INSTALL" > "$WORK/install.log" 2>&1 || { tail -20 "$WORK/install.log" >&2; exit 1; }
+T1=$(date +%s.%N)
+# stdout and stderr together: the first line of either counts as the job's first line.
+FIRST=""; T2=""
+while IFS= read -r line; do
+  if [ -z "$T2" ]; then T2=$(date +%s.%N); FIRST=$line; fi
+  echo "$line" >> "$WORK/job.log"
+done < <(bash -c "$JOB" 2>&1)
+T3=$(date +%s.%N)
+NPKG=$(pip list --format=freeze 2>/dev/null | wc -l)
+KZ_CMD=$CMD KZ_FIRST=$FIRST python3 - "$RESULT" <<EOF
+import json, os, sys
+t0, t1, t2, t3 = $T0, $T1, ${T2:-$T1}, $T3
+r = {"command": os.environ["KZ_CMD"].strip(), "commit": "$(git rev-parse --short HEAD)",
+     "install_s": round(t1 - t0, 1), "first_line_s": round(t2 - t0, 1),
+     "job_s": round(t3 - t1, 1), "total_s": round(t3 - t0, 1), "packages": $NPKG,
+     "first_line": os.environ["KZ_FIRST"], "load_before": $LOAD0, "load_after": $(load)}
+open(sys.argv[1], "w").write(json.dumps(r, indent=1) + "\n")
+print(json.dumps(r))
+EOF
