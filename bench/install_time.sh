@@ -11,7 +11,8 @@
 # start to the main job's first line: the 2-minute target), job_s, total_s, the number of
 # packages installed, the first line itself and the host's 1-minute load average before and after
 # (the time is shared-host noise when that is high). The main job runs under TRITON_INTERPRET=1
-# as on any CPU machine.
+# as on any CPU machine. KZ_CMD replaces the README's command (to compare variants), e.g.
+# KZ_CMD='pip install torch==2.13.0 -e ".[all]" && kernelzero train --config tiny-cpu'.
 set -euo pipefail
 SRC=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 RESULT=${2:-/tmp/install_time.json}
@@ -20,7 +21,7 @@ trap 'rm -rf "$WORK"' EXIT
 git clone -q "$SRC" "$WORK/c"
 cd "$WORK/c"
 # The README's first command: the first line of its first bash block that runs pip install.
-CMD=$(awk '/^```bash/{f=1; next} /^```/{if (f) exit} f && /pip install/ {print; exit}' README.md)
+CMD=${KZ_CMD:-$(awk '/^```bash/{f=1; next} /^```/{if (f) exit} f && /pip install/ {print; exit}' README.md)}
 CMD=${CMD%%#*}
 INSTALL=${CMD%% && *}
 JOB=${CMD#* && }
