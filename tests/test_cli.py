@@ -233,3 +233,18 @@ def test_the_main_job_prints_no_progress_bars_or_future_warnings(tmp_path):
     for noise in ("Loading weights", "Writing model shards", "it/s]", "FutureWarning",
                   "Traceback"):
         assert noise not in r.stdout + r.stderr, noise
+
+
+def test_a_batch_with_nothing_to_judge_is_a_usage_error_and_creates_no_store(tmp_path, capsys):
+    empty, db = tmp_path / "empty", tmp_path / "kz.db"
+    empty.mkdir()
+    assert_usage_line(*cli(capsys, "eval", "--tasks", empty, "--samples", EX / "candidates",
+                           "--db", db), "no task files")
+    assert_usage_line(*cli(capsys, "eval", "--tasks", EX / "tasks", "--samples", empty,
+                           "--db", db), "no sample files", "level_L_problem_ID_sample_S_kernel.py")
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "level_9_problem_9_sample_0_kernel.py").write_text("")
+    assert_usage_line(*cli(capsys, "eval", "--tasks", EX / "tasks", "--samples", stray,
+                           "--db", db), "none of the 1 samples", "matches a task")
+    assert not db.exists()

@@ -183,6 +183,8 @@ def _pairs(tasks_dir: str, samples_dir: str, backend: str):
         tasks = load_tasks(tasks_dir)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
+    if not tasks:
+        raise UsageError(f"no task files (*.py) under {tasks_dir}")
     by_id = {(t.level, t.problem_id): t for t in tasks}
     by_pid = {}
     for t in tasks:
@@ -197,6 +199,12 @@ def _pairs(tasks_dir: str, samples_dir: str, backend: str):
             orphans.append(path.name)
             continue
         pairs.append((task, Candidate.from_file(path, backend=backend)))
+    if not pairs:
+        raise UsageError(
+            f"none of the {len(orphans)} samples under {samples_dir} matches a task in {tasks_dir}"
+            f" (e.g. {orphans[0]})" if orphans else
+            f"no sample files under {samples_dir}; KernelBench names them "
+            "level_L_problem_ID_sample_S_kernel.py")
     return pairs, orphans
 
 
