@@ -8,7 +8,7 @@
 #
 # Prints and writes (default: /tmp/install_time.json) install_s (and install_cpu_s, its CPU
 # seconds, user + sys: steadier than wall time on a shared host), first_line_s (from the command's
-# start to the main job's first line: the 2-minute target), job_s, total_s, the number of
+# start to the main job's first line: the 2-minute target), job_s and job_rc, total_s, the number of
 # packages installed, the first line itself and the host's 1-minute load average before and after
 # (the time is shared-host noise when that is high). The main job runs under TRITON_INTERPRET=1
 # as on any CPU machine. KZ_CMD replaces the README's command (to compare variants), e.g.
@@ -37,11 +37,13 @@ TIMEFORMAT='%U %S'
 T1=$(date +%s.%N)
 read -r CPU_U CPU_S < "$WORK/cpu"
 # stdout and stderr together: the first line of either counts as the job's first line.
-FIRST=""; T2=""
+FIRST=""; T2=""; JOB_RC=""
 while IFS= read -r line; do
+  case $line in __kz_job_rc=*) JOB_RC=${line#__kz_job_rc=}; continue ;; esac
   if [ -z "$T2" ]; then T2=$(date +%s.%N); FIRST=$line; fi
   echo "$line" >> "$WORK/job.log"
-done < <(bash -c "$JOB" 2>&1)
+done < <(bash -c "$JOB" 2>&1; echo "__kz_job_rc=$?")
+[ "$JOB_RC" = 0 ] || tail -20 "$WORK/job.log" >&2
 T3=$(date +%s.%N)
 NPKG=$(pip list --format=freeze 2>/dev/null | wc -l)
 KZ_CMD=$CMD KZ_FIRST=$FIRST python3 - "$RESULT" <<EOF
@@ -50,7 +52,7 @@ t0, t1, t2, t3 = $T0, $T1, ${T2:-$T1}, $T3
 r = {"command": os.environ["KZ_CMD"].strip(), "commit": "$(git rev-parse --short HEAD)",
      "install_s": round(t1 - t0, 1), "install_cpu_s": round($CPU_U + $CPU_S, 1),
      "first_line_s": round(t2 - t0, 1),
-     "job_s": round(t3 - t1, 1), "total_s": round(t3 - t0, 1), "packages": $NPKG,
+     "job_s": round(t3 - t1, 1), "job_rc": ${JOB_RC:-None}, "total_s": round(t3 - t0, 1), "packages": $NPKG,
      "first_line": os.environ["KZ_FIRST"], "load_before": $LOAD0, "load_after": $(load)}
 open(sys.argv[1], "w").write(json.dumps(r, indent=1) + "\n")
 print(json.dumps(r))
