@@ -82,7 +82,8 @@ def run(args) -> int:
     if not is_verified(verdicts) and not args.force:
         from kernelzero.export import summary
         raise UsageError(f"{args.kernel} is not verified against {args.reference}: "
-                         f"{summary(verdicts)}; fix it, or pass --force to export it anyway")
+                         f"{summary(verdicts)}; fix it (or judge it again: --judge), or pass "
+                         "--force to export it anyway")
     result = export_kernel(cand, task, verdicts, args)
     if args.json:
         print(json.dumps(result))
@@ -110,7 +111,7 @@ def _judge_and_store(args, task, cand):
 def export_kernel(cand, task, verdicts, args) -> dict:
     """Write the package and check it; print what a person needs (unless --json); return the
     JSON-able result. Shared with `generate --export` (args: export_name, export_dir,
-    no_check, json; force optional)."""
+    no_check, json)."""
     from kernelzero.cli import UsageError
     from kernelzero.export import (ExportError, check_package, is_verified, provenance,
                                    summary, write_package)
