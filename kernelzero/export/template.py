@@ -38,9 +38,9 @@ Written by `kernelzero export`; regenerate it rather than edit it. Provenance in
 Works eagerly, under torch.compile (the op is opaque: the kernel runs as it is) and on meta
 tensors (output shapes and dtypes from the reference module run on fake tensors). Gradients are
 the reference's, recomputed in PyTorch, when the kernel's weights carry the reference's names
-and shapes (`layer.has_backward`); otherwise call it under torch.no_grad(). Verified for the reference's
-get_inputs() shapes and dtypes; other shapes run the same kernel unverified. forward takes and
-returns tensors only (one output is returned as a tensor, several as a tuple).
+and shapes (`layer.has_backward`); otherwise call it under torch.no_grad(). Verified for the
+reference's get_inputs() shapes and dtypes; other shapes run the same kernel unverified. forward
+takes and returns tensors only (one output is returned as a tensor, several as a tuple).
 """
 from __future__ import annotations
 
