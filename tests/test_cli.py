@@ -216,8 +216,8 @@ def test_quiet_libraries_silences_their_deprecations_only(monkeypatch):
             warnings.warn_explicit(f"{module} {category.__name__}", category, "x.py", 1,
                                    module=module)
     kept = sorted(str(w.message) for w in seen)
-    assert kept == ["kernelzero.train.loop FutureWarning", "transformers.modeling_utils UserWarning",
-                    "transformers_extra FutureWarning"]
+    assert kept == ["kernelzero.train.loop FutureWarning",
+                    "transformers.modeling_utils UserWarning", "transformers_extra FutureWarning"]
     assert os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
 
 

@@ -118,9 +118,9 @@ def check_package(exported: Exported, timeout_s: float = 900.0) -> dict:
     A CUDA kernel compiles on import: the timeout covers that. Never raises: the report says."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     try:
-        r = subprocess.run([sys.executable, "-P", str(PROBE), str(exported.dir.parent), exported.package,
-                            exported.name, exported.cls], capture_output=True, text=True,
-                           timeout=timeout_s, env=env, cwd=str(exported.dir.parent))
+        r = subprocess.run([sys.executable, "-P", str(PROBE), str(exported.dir.parent),
+                            exported.package, exported.name, exported.cls], capture_output=True,
+                           text=True, timeout=timeout_s, env=env, cwd=str(exported.dir.parent))
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"importing the package took over {timeout_s:g} s"}
     lines = r.stdout.strip().splitlines()
