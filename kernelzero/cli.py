@@ -66,7 +66,6 @@ def quiet_libraries() -> None:
     Environment variables, so that they hold in processes this one starts (accelerate's ranks)."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # also transformers' own bars
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its warning when a process forks
     for category in (FutureWarning, DeprecationWarning):
         warnings.filterwarnings("ignore", category=category, module=_QUIET_MODULES)
 
