@@ -125,7 +125,7 @@ def test_generate_with_the_tiny_hf_model(one_thread, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["generate", "missing.py", "--model", "replay:x"], "no module file"),
+    (["generate", "missing.py", "--model", "replay:x"], "module missing.py: no such file"),
     (["generate", str(RELU), "--model", "nonsense"], "KIND:TARGET"),
     (["generate", str(RELU), "--model", "replay:/nonexistent.jsonl"], "no JSONL file"),
     (["generate", str(RELU), "--model", "replay:x", "-k", "0"], "-k and --turns"),

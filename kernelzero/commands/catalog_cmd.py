@@ -1,6 +1,7 @@
 """`kernelzero catalog list|show API|mine DIR --out FILE|sample --n N --apis K`: the operator catalog.
 
-list:   every operator API (name, call as written in source, family), one per line.
+list:   every operator API, one per line: name, call as written in source, family, accepted
+        input ranks, parameter names (and whether it holds weights).
 show:   one API's spec: ranks, dtypes, shape rule, parameter ranges, weights, aliases.
 mine:   count API co-occurrence over every `forward` in the *.py files under DIR; save as JSON.
 sample: draw N API sets of K operators from a co-occurrence distribution (default: the shipped one,
@@ -58,9 +59,14 @@ def run(args) -> int:
         if args.json:
             print(json.dumps([spec_dict(s) for s in specs], indent=1))
         else:
+            print(f"{'name':32s} {'call':34s} {'family':11s} {'ranks':7s} params")
             for s in specs:
-                print(f"{s.name:34s} {s.call:36s} {s.family}")
-            print(f"{len(specs)} operator APIs")
+                ranks = ",".join(map(str, s.ranks))
+                weights = " (weights)" if s.has_weights else ""
+                print(f"{s.name:32s} {s.call:34s} {s.family:11s} {ranks:7s} "
+                      f"{', '.join(s.params) or '-'}{weights}")
+            print(f"{len(specs)} operator APIs; `kernelzero catalog show NAME` gives one's shape "
+                  "rule, dtypes and parameter ranges")
         return 0
     if cmd == "show":
         spec = _find(args.api)

@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 from collections import Counter
-from pathlib import Path
 
 
 def add_eval_options(p: argparse.ArgumentParser) -> None:
@@ -77,10 +76,18 @@ def pool_from_args(args, cfg, ref_cache=None):
 
 
 def eval_config_from_args(args):
+    from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import resolve_device
     from kernelzero.eval import EvalConfig
-    device = args.device or _default_device()
-    kw = dict(device=device, backend=args.backend, policy=args.policy, tolerance=args.tolerance,
-              correctness_trials=args.trials, compile_baseline=args.compile_baseline)
+    if args.trials < 1:
+        raise UsageError(f"--trials must be at least 1 (5 or more recommended), got {args.trials}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    kw = dict(device=resolve_device(args.device), backend=args.backend, policy=args.policy,
+              tolerance=args.tolerance, correctness_trials=args.trials,
+              compile_baseline=args.compile_baseline)
     if args.workers:
         kw["max_workers"] = args.workers
     if args.timeout:
@@ -88,13 +95,7 @@ def eval_config_from_args(args):
     try:
         return EvalConfig(**kw)
     except ValueError as e:
-        from kernelzero.cli import UsageError
         raise UsageError(str(e)) from None
-
-
-def _default_device() -> str:
-    import shutil
-    return "cuda" if shutil.which("nvidia-smi") else "cpu"
 
 
 def register(sub) -> None:
@@ -124,14 +125,18 @@ def run(args) -> int:
 
 def _single(args) -> int:
     from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import require_file
     from kernelzero.eval import Evaluator
     from kernelzero.tasks import Candidate, Task
-    for path in (args.reference, args.candidate):
-        if not Path(path).is_file():
-            raise UsageError(f"no such file: {path}")
-    task = Task.from_file(args.reference)
-    cand = Candidate.from_file(args.candidate, backend=args.backend)
-    with Evaluator(eval_config_from_args(args)) as ev:
+    from kernelzero.tasks.task import static_check_candidate, static_check_task
+    task = Task.from_file(require_file(args.reference, "reference"))
+    cand = Candidate.from_file(require_file(args.candidate, "candidate"), backend=args.backend)
+    if (static_check_task(task.source) and not static_check_candidate(task.source)
+            and static_check_candidate(cand.source) and not static_check_task(cand.source)):
+        raise UsageError(f"the arguments look swapped: {args.reference} defines ModelNew and "
+                         f"{args.candidate} defines Model; the order is REFERENCE CANDIDATE")
+    cfg = eval_config_from_args(args)
+    with Evaluator(cfg) as ev:
         v = ev.judge(task, cand)
     if args.json:
         print(v.to_json())
@@ -142,8 +147,9 @@ def _single(args) -> int:
 
 def format_verdict(v) -> str:
     lines = [f"{v.status.upper()}: {v.reason}"]
-    lines.append(f"  backend {v.backend} · device {v.device} · policy {v.policy} · "
-                 f"trials {v.trials_passed}/{v.trials_run}")
+    trials = _trials_text(v)
+    lines.append(f"  backend {v.backend} · device {v.device} · policy {v.policy}"
+                 + (f" · {trials}" if trials else ""))
     if v.max_abs_err is not None:
         lines.append(f"  max abs err {v.max_abs_err:.3g} · max rel err {v.max_rel_err:.3g}")
     if v.runtime_ms:
@@ -159,19 +165,31 @@ def format_verdict(v) -> str:
     return "\n".join(lines)
 
 
+def _trials_text(v) -> str | None:
+    """What the correctness trials showed. The judge stops reading at the first failing trial,
+    so `trials_passed` of a failed verdict counts the trials before it, not all that passed."""
+    if not v.trials_run:
+        return None  # failed before any trial was checked (or, timed, after all passed)
+    if v.trials_passed < v.trials_run and v.status != "correct":
+        return f"trial {v.trials_passed + 1} of {v.trials_run} failed"
+    return f"{v.trials_passed}/{v.trials_run} trials passed"
+
+
 def _pairs(tasks_dir: str, samples_dir: str, backend: str):
     from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import require_dir
     from kernelzero.tasks import Candidate, find_samples, load_tasks
     try:
         tasks = load_tasks(tasks_dir)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
+    if not tasks:
+        raise UsageError(f"no task files (*.py) under {tasks_dir}")
     by_id = {(t.level, t.problem_id): t for t in tasks}
     by_pid = {}
     for t in tasks:
         by_pid.setdefault(t.problem_id, []).append(t)
-    if not Path(samples_dir).is_dir():
-        raise UsageError(f"no samples directory at {samples_dir}")
+    require_dir(samples_dir, "samples directory")
     pairs, orphans = [], []
     for level, pid, sample, path in find_samples(samples_dir):
         task = by_id.get((level, pid))
@@ -181,6 +199,12 @@ def _pairs(tasks_dir: str, samples_dir: str, backend: str):
             orphans.append(path.name)
             continue
         pairs.append((task, Candidate.from_file(path, backend=backend)))
+    if not pairs:
+        raise UsageError(
+            f"none of the {len(orphans)} samples under {samples_dir} matches a task in {tasks_dir}"
+            f" (e.g. {orphans[0]})" if orphans else
+            f"no sample files under {samples_dir}; KernelBench names them "
+            "level_L_problem_ID_sample_S_kernel.py")
     return pairs, orphans
 
 

@@ -59,7 +59,10 @@ def register(subparsers) -> None:
                    help="attempts per sample: turns after the first repair failed attempts "
                         "(and, on a GPU, speed up correct ones) (default: %(default)s)")
     p.add_argument("--out", default=None,
-                   help="where the best kernel goes (default: MODULE_STEM_new.py here)")
+                   help="where the best kernel goes, a file or a directory (default: "
+                        "MODULE_STEM_new.py here)")
+    from kernelzero.commands.export_cmd import add_export_args
+    add_export_args(p, name_flag="--export", required=False)
     p.set_defaults(func=run)
 
 
@@ -69,13 +72,13 @@ def build_common(args):
     Raises UsageError for bad values, an unknown spec, or a backend that cannot be built."""
     from kernelzero.cli import UsageError
     from kernelzero.coder.prompts import PromptConfig, detect_gpu_facts
+    from kernelzero.commands.checks import resolve_device
     from kernelzero.eval import EvalConfig
     from kernelzero.models import BackendError, BackendSpecError, SamplingConfig, load_backend
 
-    device = args.device
-    if device is None:
-        import torch
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    device = resolve_device(args.device)
     try:
         sampling = SamplingConfig(temperature=args.temperature, top_p=args.top_p,
                                   max_new_tokens=args.max_new_tokens, seed=args.seed)
@@ -105,23 +108,30 @@ def _progress(total: int, desc: str, quiet: bool):
 def run(args: argparse.Namespace) -> int:
     from kernelzero.cli import UsageError
     from kernelzero.coder.loop import LoopConfig, best_attempt, run_loop
+    from kernelzero.commands.checks import require_file
     from kernelzero.eval import Evaluator
     from kernelzero.models import BackendError
     from kernelzero.tasks import Task
     from kernelzero.tasks.task import static_check_task
 
-    module = Path(args.module)
-    if not module.is_file():
-        raise UsageError(f"no module file at {module}")
+    module = require_file(args.module, "module")
     task = Task.from_file(module)
     problem = static_check_task(task.source)
     if problem:
         raise UsageError(f"{module} is not a reference module: {problem}")
     if args.k < 1 or args.turns < 1:
         raise UsageError("-k and --turns must be at least 1")
+    if args.export_name:  # a bad name or folder found now, not after the sampling
+        from kernelzero.export import ExportError, check_target
+        try:
+            check_target(args.export_name, args.export_dir)
+        except ExportError as e:
+            raise UsageError(str(e)) from None
     backend, eval_cfg, prompt_cfg, sampling = build_common(args)
     loop_cfg = LoopConfig(k=args.k, turns=args.turns, prompt=prompt_cfg, sampling=sampling)
     out = Path(args.out) if args.out else Path(f"{module.stem}_new.py")
+    if out.is_dir():  # a folder to put it in
+        out = out / f"{module.stem}_new.py"
 
     bars: dict[int, object] = {}
 
@@ -145,9 +155,20 @@ def run(args: argparse.Namespace) -> int:
         bar.close()
     attempts = [a for c in chains for a in c.attempts]
     best = best_attempt(attempts)
+    exported = None
     if best is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(best.code, encoding="utf-8")
+        if not args.json:
+            _print_attempts(attempts)
+            _print_best(best, out)
+        if args.export_name:
+            from kernelzero.commands.export_cmd import export_kernel
+            from kernelzero.tasks import Candidate
+            cand = Candidate(source=best.code, name=out.stem, path=out)
+            exported = export_kernel(cand, task, [best.verdict], args)
+    elif args.export_name and not args.json:
+        print(f"nothing to export as {args.export_name}: no correct kernel", file=sys.stderr)
     if args.json:
         print(json.dumps({
             "task": task.key, "task_hash": task.hash, "model": backend.spec,
@@ -155,23 +176,25 @@ def run(args: argparse.Namespace) -> int:
             "turns": args.turns, "samples_returned": len(chains),
             "attempts": [a.to_dict() for a in attempts],
             "best": None if best is None else {**best.to_dict(), "verdict": best.verdict.to_dict()},
-            "out": str(out) if best is not None else None}, default=str))
+            "out": str(out) if best is not None else None, "export": exported}, default=str))
         return 0
-    _print_attempts(attempts)
     if not chains:
         print(f"the model returned no completions for {task.key} (a replay record without "
               f"this task?); nothing to judge")
     elif best is None:
+        _print_attempts(attempts)
         _explain_none(attempts)
-    else:
-        v = best.verdict
-        timing = (f", {v.runtime_ms.median_ms:.4g} ms, {v.speedup:.3g}x over eager"
-                  if v.runtime_ms is not None and v.speedup is not None else
-                  " (not timed on this device)")
-        print(f"\nbest: sample {best.sample}, turn {best.turn}: correct{timing}")
-        print(f"verdict: {v.reason}")
-        print(f"kernel written to {out}")
     return 0
+
+
+def _print_best(best, out: Path) -> None:
+    v = best.verdict
+    timing = (f", {v.runtime_ms.median_ms:.4g} ms, {v.speedup:.3g}x over eager"
+              if v.runtime_ms is not None and v.speedup is not None else
+              " (not timed on this device)")
+    print(f"\nbest: sample {best.sample}, turn {best.turn}: correct{timing}")
+    print(f"verdict: {v.reason}")
+    print(f"kernel written to {out}")
 
 
 def _print_attempts(attempts) -> None:

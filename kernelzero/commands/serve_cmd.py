@@ -96,7 +96,10 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import resolve_device
 
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
     token = os.environ.get(args.token_env) or None
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be in 1..65535, got {args.port}")
@@ -120,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
         eval_cfg = EvalConfig(**_eval_fields(args))
     except (ValueError, TypeError) as e:
         raise UsageError(f"judging settings: {e}") from e
+    if eval_cfg.device == "cuda" and args.pool == "local":  # a Ray pool's GPUs are elsewhere
+        resolve_device("cuda")
     if args.pool == "local" and args.ray_address:
         raise UsageError("--ray-address needs --pool ray")
     try:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def register(sub) -> None:
@@ -31,12 +30,11 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import require_dir, require_file
     from kernelzero.train.sft import SFTRunConfig, run_sft
 
-    if not Path(args.model).is_dir():
-        raise UsageError(f"--model {args.model}: no checkpoint directory")
-    if not Path(args.data).is_file():
-        raise UsageError(f"--data {args.data}: no such file")
+    require_dir(args.model, "--model")
+    require_file(args.data, "--data")
     try:
         cfg = SFTRunConfig(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
                            batch_size=args.batch_size, grad_accum=args.grad_accum,

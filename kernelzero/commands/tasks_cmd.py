@@ -31,15 +31,19 @@ def run(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
     from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import resolve_device
     from kernelzero.eval import EvalConfig, Evaluator
     from kernelzero.tasks import load_tasks
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
     try:
         tasks = load_tasks(args.path)
     except FileNotFoundError as e:
         raise UsageError(str(e)) from None
     if not tasks:
-        raise UsageError(f"no task files under {args.path}")
-    cfg = EvalConfig(device=args.device, tolerance=args.tolerance, max_workers=args.workers)
+        raise UsageError(f"no task files (*.py) under {args.path}")
+    cfg = EvalConfig(device=resolve_device(args.device), tolerance=args.tolerance,
+                     max_workers=args.workers)
     check = _audit_one if args.tasks_command == "audit" else _check_one
     bad = 0
     with Evaluator(cfg) as ev, ThreadPoolExecutor(args.workers) as pool:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from kernelzero.catalog.apimap import scan_source
 from kernelzero.catalog.cost import get_target
 from kernelzero.propose.dedup import Deduper, canonical_hash
-from kernelzero.tasks.task import Task, static_check_task
+from kernelzero.tasks.task import Task, static_check_task, syntax_error_text
 
 STATIC_CODES = ("parse", "format", "api_missing", "api_extra", "duplicate")
 BUDGET_CODES = ("memory", "runtime")
@@ -96,7 +96,7 @@ def static_rejections(source: str, apis: list[str]) -> list[Rejection]:
     try:
         compile(source, "<proposed>", "exec", dont_inherit=True)
     except SyntaxError as e:
-        return [Rejection("parse", f"does not parse: {e.msg} (line {e.lineno})")]
+        return [Rejection("parse", f"does not parse: {syntax_error_text(e)}")]
     problem = static_check_task(source)
     if problem:
         return [Rejection("format", problem)]

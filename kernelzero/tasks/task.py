@@ -51,6 +51,12 @@ def canonical_source(source: str) -> str:
         return ast.unparse(tree).strip() + "\n"
 
 
+def syntax_error_text(e: SyntaxError) -> str:
+    """A SyntaxError as `message (line N)`; the line is left out when Python gives none (null
+    bytes in the source, for one)."""
+    return f"{e.msg} (line {e.lineno})" if e.lineno else str(e.msg)
+
+
 def source_hash(source: str) -> str:
     """Content hash of a source file: sha256 of its text with line endings normalised."""
     text = source.replace("\r\n", "\n").strip() + "\n"
@@ -160,7 +166,7 @@ def static_check_task(source: str) -> str | None:
     try:
         tree = parse_python(source)
     except SyntaxError as e:
-        return f"reference does not parse: {e.msg} (line {e.lineno})"
+        return f"reference does not parse: {syntax_error_text(e)}"
     names = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
     names |= {t.id for n in tree.body if isinstance(n, ast.Assign)
               for t in n.targets if isinstance(t, ast.Name)}
@@ -177,7 +183,7 @@ def static_check_candidate(source: str) -> tuple[str, str] | None:
     try:
         tree = parse_python(source)
     except SyntaxError as e:
-        return "compile_error", f"Python syntax error: {e.msg} (line {e.lineno})"
+        return "compile_error", f"Python syntax error: {syntax_error_text(e)}"
     if not any(isinstance(n, ast.ClassDef) and n.name == "ModelNew" for n in ast.walk(tree)):
         return "format_error", "the candidate defines no `ModelNew` class"
     return None

@@ -217,8 +217,11 @@ class Loop:
             self.judge = Judge(self.evaluator if local else pool, self.cache)
             self._models()
             if self.rank == 0:
-                from torch.utils.tensorboard import SummaryWriter
-                self.tb = SummaryWriter(str(self.out / "tb"))
+                try:  # TensorBoard is an extra; steps.jsonl holds the same scalars
+                    from torch.utils.tensorboard import SummaryWriter
+                    self.tb = SummaryWriter(str(self.out / "tb"))
+                except ImportError:
+                    pass
             if self.rank == 0 and not self.state.heldout:
                 self._baseline()
             for r in range(self.cfg.rounds):
