@@ -259,7 +259,10 @@ def bwrap_command(iso: Isolation, writable: str, package_root: str, device: str,
     if hide:
         m.new("--tmpfs" if m.covered(hide) else "--dir", hide, "0711")
     m.bind("--bind", writable)
-    args = [exe, "--die-with-parent", "--unshare-net", "--unshare-uts", "--cap-drop", "ALL"]
+    # No --die-with-parent: its parent-death signal follows the judge *thread* that started
+    # bwrap (spares start from short-lived threads). A judge that dies closes the worker's pipes,
+    # which ends it; killing the process group ends bwrap with it.
+    args = [exe, "--unshare-net", "--unshare-uts", "--cap-drop", "ALL"]
     for cap in keep_caps:
         args += ["--cap-add", cap]
     if iso.pid_namespace:
