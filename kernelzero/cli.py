@@ -15,6 +15,8 @@ import sys
 
 # Order is the order of `kernelzero --help`.
 COMMANDS = ["eval", "tasks", "report", "serve", "generate", "bench", "train", "distill", "sft", "catalog", "propose"]
+# The commands that run untrusted code in sandbox workers (warned about when no jail is possible).
+JUDGING = {"eval", "tasks", "serve", "generate", "bench", "train", "distill", "propose"}
 
 
 class UsageError(Exception):
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in JUDGING:
+            _check_sandbox()
         return int(args.func(args) or 0)
     except UsageError as e:
         print(f"kernelzero {args.command}: {e}", file=sys.stderr)
@@ -55,6 +59,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kernelzero {args.command}: internal error: {type(e).__name__}: {e} "
               "(run with --debug for the traceback)", file=sys.stderr)
         return 1
+
+
+def _check_sandbox() -> None:
+    """Warn once, loudly, when workers cannot be jailed; a usage error when KZ_SANDBOX=bwrap
+    asks for a jail this machine cannot make."""
+    from kernelzero.eval.jail import JailError, isolation_for, warn_if_unisolated
+    mode = os.environ.get("KZ_SANDBOX") or "auto"
+    try:
+        isolation_for(mode, "cpu")
+    except (JailError, ValueError) as e:
+        raise UsageError(f"KZ_SANDBOX={mode}: {e}") from None
+    warn_if_unisolated(mode)
 
 
 if __name__ == "__main__":

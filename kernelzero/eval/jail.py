@@ -104,7 +104,7 @@ def isolation_for(mode: str, device: str, pid_namespace: bool | None = None) -> 
     if mode not in MODES:
         raise ValueError(f"sandbox isolation {mode!r}: choose one of {MODES}")
     if mode == "none":
-        return Isolation("none", "switched off (KZ_SANDBOX=none or SandboxLimits.isolation)")
+        return Isolation("none", "jailing is switched off (KZ_SANDBOX=none)")
     exe, why = probe()
     if exe is None:
         if mode == "bwrap":
@@ -131,12 +131,14 @@ def warn_if_unisolated(mode: str, device: str = "cpu", stream=None) -> bool:
         return False
     _WARNED = True
     bar = "!" * 78
-    print(f"{bar}\n!! WARNING: kernelzero cannot jail the code it judges: {iso.reason}.\n"
+    remedy = ("!! Unset KZ_SANDBOX (or set it to auto) to jail them.\n" if mode == "none" else
+              "!! Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap) and allow user\n"
+              "!! namespaces, or run as root.\n")
+    print(f"{bar}\n!! WARNING: kernelzero does not jail the code it judges: {iso.reason}.\n"
           "!! Candidates and reference modules run as you, with your files: they can read your\n"
           "!! home, write wherever you can, rewrite the results store and outlive the verdict.\n"
-          "!! Every verdict records `isolation: none`. Install bubblewrap (Debian/Ubuntu:\n"
-          "!! apt-get install bubblewrap) and allow user namespaces, or run as root.\n"
-          f"{bar}", file=stream or sys.stderr, flush=True)
+          f"!! Every verdict records `isolation: none`.\n{remedy}{bar}",
+          file=stream or sys.stderr, flush=True)
     return True
 
 
@@ -147,7 +149,7 @@ _PARENTS: dict[str, str] = {}
 def workers_parent(root: str) -> str:
     """This process's folder for jailed workers' directories under `root` (made once, mode
     0711: a worker reaches its own directory by path, lists nothing). A jail hides its siblings."""
-    if root not in _PARENTS:
+    if root not in _PARENTS or not os.path.isdir(_PARENTS[root]):
         path = tempfile.mkdtemp(prefix=f"kz-workers-{os.getpid()}-", dir=root)
         os.chmod(path, 0o711)
         _PARENTS[root] = path
@@ -162,13 +164,12 @@ class _Mounts:
 
     def __init__(self):
         self.args: list[str] = []
-        self.visible: list[str] = []  # host folders shown as they are (binds) ...
-        self.hidden: list[str] = []   # ... except under fresh mounts made over them
+        self.mounts: list[tuple[str, bool]] = []  # (mount point, shows the host's folder), in order
         self.made: set[str] = {"/"}
 
     def covered(self, path: str) -> bool:
-        return any(_under(path, v) for v in self.visible) and \
-            not any(_under(path, h) for h in self.hidden)
+        """Whether `path` shows the host's folder: the last mount above it is a bind."""
+        return next((host for dest, host in reversed(self.mounts) if _under(path, dest)), False)
 
     def _parents(self, path: str) -> None:
         missing = []
@@ -183,11 +184,11 @@ class _Mounts:
 
     def bind(self, kind: str, src: str, dest: str | None = None) -> None:
         dest = dest or src
-        if self.covered(dest):
-            return
+        if self.covered(dest) and kind == "--ro-bind":
+            return  # already shown, read-only or not
         self._parents(dest)
         self.args += [kind, src, dest]
-        self.visible.append(dest)
+        self.mounts.append((dest, True))
         self.made.add(dest)
 
     def new(self, kind: str, dest: str, perms: str) -> None:
@@ -195,7 +196,8 @@ class _Mounts:
         self._parents(dest)
         self.args += (["--perms", perms] if perms else []) + [kind, dest]
         self.made.add(dest)
-        self.hidden.append(dest)
+        if kind != "--dir":
+            self.mounts.append((dest, False))
 
 
 def _under(path: str, folder: str) -> bool:

@@ -182,10 +182,14 @@ class SandboxWorker:
                  build_dir: str | None = None, name: str = "worker", start_method: str = "spawn"):
         """start_method: `spawn` starts `python -I` afresh; `fork` forks it from a process that
         has imported torch already (kernelzero.eval.forkserver; falls back to spawn). Raises
-        JailError when `limits.isolation` is `bwrap` and no jail can be made here."""
+        WorkerDied when `limits.isolation` is `bwrap` and no jail can be made here."""
         self.device, self.limits, self.name = device, limits, name
         self.start_method = start_method
-        self.isolation: Isolation = isolation_for(limits.isolation, device, limits.pid_namespace)
+        try:
+            self.isolation: Isolation = isolation_for(limits.isolation, device,
+                                                      limits.pid_namespace)
+        except (JailError, ValueError) as e:  # every verdict then says why no worker started
+            raise WorkerDied(str(e)) from None
         if not self.isolation.jailed:
             warn_if_unisolated(limits.isolation, device)
         root = work_root or _shm_root() or tempfile.gettempdir()
