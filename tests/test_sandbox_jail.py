@@ -217,3 +217,29 @@ def jail_lock_dir() -> str:
 def _root_for_uids(request):
     if request.node.name.startswith("test_worker_uids") and os.geteuid() != 0:
         pytest.skip("worker uids are for a judge running as root")
+
+
+def test_the_judge_reads_no_file_through_a_link_or_fifo_the_worker_made(tmp_path):
+    """A worker that replaces its log or an output file with a link to a file of the judge's
+    (a verdict key, a password file) or with a FIFO gets nothing back and blocks nothing."""
+    from kernelzero.eval.tensorio import DecodeError, decode
+    secret = tmp_path / "judge_secret.txt"
+    secret.write_text("judge-only secret")
+    w = SandboxWorker("cpu", SandboxLimits(isolation="none"), work_root=str(tmp_path), name="l")
+    try:
+        os.symlink(secret, os.path.join(w.dir, "worker.log"))
+        os.mkfifo(os.path.join(w.dir, "boot.log"))
+        assert "secret" not in w.log_tail()
+        os.symlink(secret, os.path.join(w.dir, "out_0.bin"))
+        desc = {"kind": "tensor", "dtype": "uint8", "shape": [17], "device": "cpu",
+                "exact_type": True, "instance_attrs": [], "offset": 0, "nbytes": 17}
+        with pytest.raises(DecodeError, match="unreadable"):
+            decode(desc, w.path_of("out_0.bin"))
+        os.mkfifo(os.path.join(w.dir, "out_1.bin"))
+        with pytest.raises(DecodeError, match="not a regular file"):
+            decode(desc, w.path_of("out_1.bin"))
+        for name in ("../judge_secret.txt", "sub/out", ".hidden", "", None, 3):
+            with pytest.raises(ValueError):
+                w.path_of(name)
+    finally:
+        w.close()

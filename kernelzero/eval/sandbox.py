@@ -442,15 +442,23 @@ class SandboxWorker:
             return f"the process crashed with {sig}{hint}"
         return f"the process exited with code {code} before answering"
 
+    def path_of(self, name) -> str:
+        """The path of a file the worker names in a reply: a plain name in its own directory
+        (no folder, no `..`), opened by the judge with tensorio.open_regular. Raises ValueError."""
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name \
+                or "\0" in name:
+            raise ValueError(f"the worker named an output file outside its directory: {name!r}")
+        return os.path.join(self.dir, name)
+
     def log_tail(self, n_chars: int = 2000) -> str:
+        from kernelzero.eval.tensorio import DecodeError, open_regular
         out = []
-        for name in ("boot.log", "worker.log"):
-            p = os.path.join(self.dir, name)
+        for name in ("boot.log", "worker.log"):  # never through a link the worker put there
             try:
-                with open(p, "rb") as f:
-                    f.seek(max(0, os.path.getsize(p) - n_chars))
-                    out.append(f.read().decode("utf-8", "replace"))
-            except OSError:
+                with open_regular(os.path.join(self.dir, name)) as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - n_chars))
+                    out.append(f.read(n_chars).decode("utf-8", "replace"))
+            except (OSError, DecodeError):
                 pass
         return "".join(out)[-n_chars:]
 
