@@ -142,9 +142,9 @@ class ForkServer:
 
     # ---------------------------------------------------------------- judge side API
     def spawn(self, cwd: str, env: dict[str, str], stderr_path: str, no_network: bool,
-              threads: int, uid: int | None = None) -> ForkedProcess:
-        """A new worker process (see the module docstring), running as `uid` when given;
-        raises ForkServerError."""
+              threads: int, uid: int | None = None, groups: list[int] = ()) -> ForkedProcess:
+        """A new worker process (see the module docstring), running as `uid` (in `groups`) when
+        given; raises ForkServerError."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -154,7 +154,8 @@ class ForkServer:
                     self.close()
                     self._start()
                 req = json.dumps({"cwd": cwd, "env": env, "no_network": no_network,
-                                  "threads": threads, "uid": uid}).encode() + b"\n"
+                                  "threads": threads, "uid": uid,
+                                  "groups": list(groups)}).encode() + b"\n"
                 fds = array.array("i", [in_r, out_w, err])
                 try:
                     self._sock.sendmsg([req], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
@@ -296,7 +297,7 @@ def _become_worker(req: dict, fds: list[int]) -> None:
             isolate_network()
         if req.get("uid") is not None:  # its own uid: every capability goes with root
             uid = int(req["uid"])
-            os.setgroups([])
+            os.setgroups([int(g) for g in req.get("groups") or []])
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
         os.chdir(req["cwd"])

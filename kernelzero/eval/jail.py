@@ -272,7 +272,25 @@ def bwrap_command(iso: Isolation, writable: str, package_root: str, device: str,
     return args + m.args + ["--chdir", writable, "--"]
 
 
-def drop_to_uid(uid: int) -> list[str]:
-    """The setpriv command (up to its `--`) that becomes `uid` with no capabilities left."""
-    return [setpriv_path(), f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+def device_groups(device: str) -> list[int]:
+    """The groups a worker with its own uid needs for the GPU: those of the NVIDIA device nodes
+    that their group may use but others may not (usually none: the nodes are mode 0666)."""
+    if device != "cuda":
+        return []
+    gids = set()
+    for node in glob.glob("/dev/nvidia*"):
+        try:
+            st = os.stat(node)
+        except OSError:
+            continue
+        if st.st_mode & 0o006 != 0o006 and st.st_mode & 0o060 == 0o060:
+            gids.add(st.st_gid)
+    return sorted(gids)
+
+
+def drop_to_uid(uid: int, groups: list[int] = ()) -> list[str]:
+    """The setpriv command (up to its `--`) that becomes `uid` (in `groups` only) with no
+    capabilities left."""
+    grouping = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+    return [setpriv_path(), f"--reuid={uid}", f"--regid={uid}", grouping,
             "--inh-caps=-all", "--bounding-set=-all", "--"]

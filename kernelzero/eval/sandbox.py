@@ -31,8 +31,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kernelzero.eval.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command, drop_to_uid,
-                                  isolation_for, warn_if_unisolated, workers_parent)
+from kernelzero.eval.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command, device_groups,
+                                  drop_to_uid, isolation_for, warn_if_unisolated, workers_parent)
 from kernelzero.eval.worker_uids import NoWorkerUid, WorkerUid
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -246,7 +246,8 @@ class SandboxWorker:
             except JailError as e:
                 log.close()
                 raise WorkerDied(f"could not jail the worker: {e}") from None
-            cmd = jail + (drop_to_uid(self.uid.uid) if self.uid else []) + cmd
+            groups = device_groups(self.device)
+            cmd = jail + (drop_to_uid(self.uid.uid, groups) if self.uid else []) + cmd
         elif self.limits.no_network:
             env["KZ_NO_NETWORK"] = "1"
         self.proc = subprocess.Popen(
@@ -270,7 +271,8 @@ class SandboxWorker:
         try:
             self.proc = self.fork_server().spawn(self.dir, self._env(), os.path.join(self.dir, "boot.log"),
                                      self.limits.no_network, self.limits.threads,
-                                     uid=self.uid.uid if self.uid else None)
+                                     uid=self.uid.uid if self.uid else None,
+                                     groups=device_groups(self.device))
         except (ForkServerError, JailError, OSError):
             self.proc = None
             return False
