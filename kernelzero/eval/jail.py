@@ -110,11 +110,24 @@ def isolation_for(mode: str, device: str, pid_namespace: bool | None = None) -> 
         if mode == "bwrap":
             raise JailError(f"a jail was asked for, but {why}")
         return Isolation("none", why)
-    own_uid = os.geteuid() == 0 and setpriv_path() is not None
+    own_uid = os.geteuid() == 0 and setpriv_path() is not None and _worker_uids_mapped()
     if pid_namespace is None:
         pid_namespace = device != "cuda" or not own_uid
     return Isolation("bwrap", own_uid=own_uid, pid_namespace=pid_namespace,
                      shared_shm=device == "cuda")
+
+
+def _worker_uids_mapped() -> bool:
+    """Whether this user namespace has the worker uids (a container's root may map only a few
+    thousand uids: its workers then get a PID namespace instead)."""
+    from kernelzero.eval.worker_uids import UID_BASE, UID_SLOTS
+    try:
+        with open("/proc/self/uid_map") as f:
+            ranges = [tuple(map(int, line.split())) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return False
+    return any(inside <= UID_BASE and UID_BASE + UID_SLOTS <= inside + count
+               for inside, _, count in ranges)
 
 
 _WARNED = False

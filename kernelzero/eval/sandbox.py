@@ -142,21 +142,24 @@ def session_usage(sid: int) -> tuple[int, int]:
 
 
 def uid_usage(uid: int) -> tuple[int, int]:
-    """(process count, resident bytes) of every process whose real uid is `uid`, from /proc."""
+    """(process count, resident bytes) of every live process whose real uid is `uid`, from
+    /proc (status, not the folder's owner, which a process can make root's: PR_SET_DUMPABLE)."""
     n, rss = 0, 0
+    want = b"\nUid:\t%d\t" % uid
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/status", "rb") as f:
                 status = f.read()
-            fields = dict(line.split(b":", 1) for line in status.splitlines() if b":" in line)
-            if int(fields[b"Uid"].split()[0]) != uid or fields[b"State"].split()[0] == b"Z":
-                continue  # (a zombie is dead: its parent, perhaps init, has not reaped it yet)
-            n += 1
-            rss += int(fields.get(b"VmRSS", b"0 kB").split()[0]) * 1024
-        except (OSError, KeyError, IndexError, ValueError):
+        except OSError:
             continue
+        if want not in status or b"\nState:\tZ" in status:  # a zombie is dead (init may not
+            continue                                          # have reaped it yet)
+        n += 1
+        at = status.find(b"\nVmRSS:")
+        if at >= 0:
+            rss += int(status[at + 7:status.index(b"kB", at)]) * 1024
     return n, rss
 
 
@@ -269,10 +272,10 @@ class SandboxWorker:
         """Fork the worker from the fork server; False (nothing started) when that fails."""
         from kernelzero.eval.forkserver import ForkServerError
         try:
-            self.proc = self.fork_server().spawn(self.dir, self._env(), os.path.join(self.dir, "boot.log"),
-                                     self.limits.no_network, self.limits.threads,
-                                     uid=self.uid.uid if self.uid else None,
-                                     groups=device_groups(self.device))
+            self.proc = self.fork_server().spawn(
+                self.dir, self._env(), os.path.join(self.dir, "boot.log"), self.limits.no_network,
+                self.limits.threads, uid=self.uid.uid if self.uid else None,
+                groups=device_groups(self.device))
         except (ForkServerError, JailError, OSError):
             self.proc = None
             return False
