@@ -189,23 +189,12 @@ def test_report_refuses_a_run_with_an_edited_record(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------ the training verdict cache
-class _Pool:
-    """Verdicts from the candidate text ('OK' in it: correct); counts what it was asked."""
-
-    def __init__(self):
-        self.judged = []
-
-    def judge_many(self, pairs):
-        self.judged += pairs
-        return [Verdict(status="correct" if "OK" in c.source else "incorrect", reason="fake",
-                        task_hash=t.hash, candidate_hash=c.hash) for t, c in pairs]
-
-
 def test_a_forged_cached_verdict_never_becomes_a_reward(tmp_path):
     import json
 
     from kernelzero.tasks import Candidate, Task
     from kernelzero.train.judging import Judge, VerdictCache, load_verdict_records
+    from tests.test_train_proposer import FakeEvaluator as _Pool  # 'OK' in the source: correct
     path = tmp_path / "verdicts.jsonl"
     t = Task.from_source("import torch\nclass Model(torch.nn.Module):\n    pass\n")
     bad, good = Candidate("bad kernel"), Candidate("good OK kernel")

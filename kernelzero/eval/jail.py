@@ -104,7 +104,8 @@ def isolation_for(mode: str, device: str, pid_namespace: bool | None = None) -> 
     if mode not in MODES:
         raise ValueError(f"sandbox isolation {mode!r}: choose one of {MODES}")
     if mode == "none":
-        return Isolation("none", "jailing is switched off (KZ_SANDBOX=none)")
+        return Isolation("none", "jailing is switched off (KZ_SANDBOX or SandboxLimits.isolation "
+                                 "is none)")
     exe, why = probe()
     if exe is None:
         if mode == "bwrap":
