@@ -51,8 +51,8 @@ step() {  # step NAME LIMIT_S COMMAND...
 check() {
   step 01_jail_tools 60 python3 -m pytest -q -s -p no:cacheprovider -m gpu \
     tests/test_sandbox_gpu.py -k device_nodes
-  step 02_cuda_ipc_jailed 150 python3 -m pytest -q -rxX -p no:cacheprovider -m gpu \
-    tests/test_sandbox_gpu.py -k cuda_ipc
+  step 02_cuda_ipc_jailed 180 python3 -m pytest -q -s -rxX -p no:cacheprovider -m gpu \
+    tests/test_sandbox_gpu.py -k "cuda_ipc or initialises"
   step 03_containment_cuda 240 env KZ_ADV_DEVICE=cuda KZ_REQUIRE_SANDBOX=1 python3 -m pytest -q \
     -p no:cacheprovider tests/test_sandbox_containment.py -k contained
 }

@@ -2,9 +2,9 @@
 judge still maps its outputs through CUDA IPC, under each isolation a cuda judge may use.
 
 - `uid` (the default as root): bwrap, a uid of its own, no PID namespace;
-- `pidns` (an ordinary user's jail): bwrap with a PID namespace. CUDA IPC is said to refuse
-  handles from another PID namespace: an XPASS here means it does not, and the defaults could
-  use one as root too;
+- `pidns` (an ordinary user's jail): bwrap with a PID namespace, the judge's uid. CUDA IPC is
+  said to refuse handles from another PID namespace: an XPASS here means it does not (and, should
+  `uid` fail, SandboxLimits(own_uid=False) is a jail that works on this GPU);
 - `none`: no jail (the baseline).
 
 Every output goes through IPC (ipc_min_bytes=0); the verdict must be `correct`, and the judge
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.gpu
 
 VARIANTS = {
     "uid": dict(isolation="bwrap"),
-    "pidns": dict(isolation="bwrap", pid_namespace=True),
+    "pidns": dict(isolation="bwrap", own_uid=False, pid_namespace=True),
     "none": dict(isolation="none"),
 }
 
@@ -56,6 +56,27 @@ def test_cuda_ipc_reaches_the_judge_from_a_jailed_worker(variant):
     assert box["isolation"] == ("none" if variant == "none" else "bwrap")
     assert box["pid_namespace"] == (variant == "pidns")
     assert v.speedup is not None  # timed, with its re-checked outputs mapped too
+
+
+def test_cuda_initialises_in_a_jailed_worker(tmp_path):
+    """The first thing to fail if the jail hides something the driver needs: one allocation."""
+    import json
+
+    from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker
+    with SandboxWorker("cuda", SandboxLimits(isolation="bwrap"), work_root=str(tmp_path)) as w:
+        w.start()
+        path = os.path.join(w.dir, "cuda_probe.py")
+        with open(path, "w") as f:
+            f.write("import json, os, torch\n"
+                    "x = torch.ones(1024, device='cuda') * 2\n"
+                    "json.dump({'uid': os.getuid(), 'gpu': torch.cuda.get_device_name(),"
+                    " 'sum': float(x.sum())}, open('facts.json', 'w'))\n")
+        reply = w.request({"op": "load", "role": "reference", "task_path": path,
+                           "device": "cuda"}, 300)
+        assert reply.get("ok"), f"{reply}\n{w.log_tail()}"
+        facts = json.load(open(os.path.join(w.dir, "facts.json")))
+    print("jailed worker:", facts, w.isolation)
+    assert facts["sum"] == 2048.0
 
 
 def test_gpu_device_nodes_and_tools_for_the_jail():

@@ -97,10 +97,12 @@ def setpriv_path() -> str | None:
                                                                        os.X_OK) else None)
 
 
-def isolation_for(mode: str, device: str, pid_namespace: bool | None = None) -> Isolation:
+def isolation_for(mode: str, device: str, pid_namespace: bool | None = None,
+                  own_uid: bool | None = None) -> Isolation:
     """The isolation a worker gets under `mode` (auto|bwrap|none) on `device`; raises JailError
-    when `bwrap` is asked for and cannot be had. `pid_namespace` None picks: on the CPU, or where
-    workers cannot have their own uid."""
+    when `bwrap` is asked for and cannot be had. `own_uid` None: wherever it can be had (root,
+    setpriv, the uids mapped). `pid_namespace` None picks: on the CPU, or where workers have no
+    uid of their own."""
     if mode not in MODES:
         raise ValueError(f"sandbox isolation {mode!r}: choose one of {MODES}")
     if mode == "none":
@@ -111,7 +113,9 @@ def isolation_for(mode: str, device: str, pid_namespace: bool | None = None) -> 
         if mode == "bwrap":
             raise JailError(f"a jail was asked for, but {why}")
         return Isolation("none", why)
-    own_uid = os.geteuid() == 0 and setpriv_path() is not None and _worker_uids_mapped()
+    can = os.geteuid() == 0 and setpriv_path() is not None and _worker_uids_mapped() \
+        and _others_can_run_python()
+    own_uid = can if own_uid is None else own_uid and can
     if pid_namespace is None:
         pid_namespace = device != "cuda" or not own_uid
     return Isolation("bwrap", own_uid=own_uid, pid_namespace=pid_namespace,
@@ -129,6 +133,25 @@ def _worker_uids_mapped() -> bool:
         return False
     return any(inside <= UID_BASE and UID_BASE + UID_SLOTS <= inside + count
                for inside, _, count in ranges)
+
+
+def _others_can_run_python() -> bool:
+    """Whether a uid with no rights of its own can run the workers' Python: the interpreter,
+    the standard library, torch and the kernelzero package readable (and their folders
+    searchable) by others, as installs usually are (a tree copied with mode 0600 is not)."""
+    import importlib.util
+    files = [os.path.realpath(sys.executable), os.__file__, __file__]
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        files.append(spec.origin)
+    for path in files:
+        try:
+            if os.stat(path).st_mode & 0o004 == 0 or \
+                    os.stat(os.path.dirname(path)).st_mode & 0o005 != 0o005:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 _WARNED = False

@@ -77,8 +77,9 @@ class SandboxLimits:
     isolation: `auto` (a bubblewrap jail where this machine can make one, else none, warned
         about), `bwrap` (a jail or no worker at all), `none` (no jail). Default: $KZ_SANDBOX or
         auto.
+    own_uid: run each worker as a uid of its own; None: wherever it can (root).
     pid_namespace: give each worker a PID namespace of its own; None: on the CPU, and wherever
-        workers cannot have a uid of their own (see jail.py: CUDA IPC refuses another one).
+        workers have no uid of their own (see jail.py: CUDA IPC refuses another one).
     """
 
     cpu_s: int = 1800
@@ -90,6 +91,7 @@ class SandboxLimits:
     max_rss_bytes: int = 64 * 2**30   # resident memory of the whole session (watchdog)
     no_network: bool = True           # new network namespace when the OS allows it (root)
     isolation: str = field(default_factory=lambda: os.environ.get("KZ_SANDBOX") or "auto")
+    own_uid: bool | None = None
     pid_namespace: bool | None = None
 
     def rlimits(self) -> dict:
@@ -190,7 +192,7 @@ class SandboxWorker:
         self.start_method = start_method
         try:
             self.isolation: Isolation = isolation_for(limits.isolation, device,
-                                                      limits.pid_namespace)
+                                                      limits.pid_namespace, limits.own_uid)
         except (JailError, ValueError) as e:  # every verdict then says why no worker started
             raise WorkerDied(str(e)) from None
         if not self.isolation.jailed:
@@ -475,7 +477,8 @@ def sandbox_report(limits: SandboxLimits, device: str) -> dict:
     """A verdict environment's `sandbox` block: the limits, the isolation asked for
     (`requested`) and the isolation workers get (`isolation`: bwrap or none, with why)."""
     try:
-        iso = isolation_for(limits.isolation, device, limits.pid_namespace).report()
+        iso = isolation_for(limits.isolation, device, limits.pid_namespace,
+                            limits.own_uid).report()
     except JailError as e:
         iso = {"isolation": "unavailable", "reason": str(e)}
     return {**asdict(limits), "requested": limits.isolation, **iso}
