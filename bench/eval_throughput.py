@@ -363,6 +363,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "interpreter_lag": lag.summary(), "timing_round_trip_ms": _round_trips(verdicts),
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
             "spares_ready": ready, "start_method": cfg.worker_start, "gpu_lock": gpu_lock,
+            "sandbox": (verdicts[0].env or {}).get("sandbox", {}).get("isolation"),
             "timed_loops": timed_loops(verdicts), "transfer": cfg.transfer_mode,
             "host_load": host_load, "gpu": verdicts[0].env.get("gpu"), "rows": rows}
 
@@ -444,7 +445,11 @@ def main() -> None:
     ap.add_argument("--transfer", default="auto", choices=["auto", "ipc", "host"])
     ap.add_argument("--start-method", default="auto", choices=["auto", "spawn", "fork"],
                     help="how worker processes start (EvalConfig.start_method)")
+    ap.add_argument("--sandbox", default=None, choices=["auto", "bwrap", "none"],
+                    help="the workers' jail (KZ_SANDBOX; default: the environment's, else auto)")
     args = ap.parse_args()
+    if args.sandbox:  # read by every SandboxLimits the evaluators make
+        os.environ["KZ_SANDBOX"] = args.sandbox
     knobs = {"ipc_output_pool": not args.no_ipc_pool, "ipc_arena": not args.no_ipc_arena}
     for field, value in (("load_reserve_factor", args.load_reserve_factor),
                          ("ipc_min_bytes", args.ipc_min_bytes)):
@@ -476,7 +481,8 @@ def report_throughput(tp: dict) -> None:
         print(f"  {r['candidate']:22s} {r['status']:10s} cand {r['runtime_ms'] or 0:9.3f} ms  "
               f"ref {r['ref_ms'] or 0:9.3f} ms  wall {r['wall_s']:6.1f} s  {r['reason'][:60]}")
     print(f"{tp['candidates']} candidates ({tp['correct']} correct) on {tp['gpu']} "
-          f"[size x{tp['size_scale']}, {tp['clock']} clock, {tp['start_method']} workers, "
+          f"[size x{tp['size_scale']}, {tp['clock']} clock, {tp['start_method']} workers "
+          f"(isolation {tp.get('sandbox')}), "
           f"{tp['transfer']}, {tp['workers']} at once, host load "
           f"{tp['host_load']['load_1m_after']:.1f} on {tp['host_load']['cpus']} CPUs]: "
           f"wall {tp['wall_s']:.1f} s, "

@@ -25,6 +25,8 @@ import warnings
 # Order is the order of `kernelzero --help`.
 COMMANDS = ["eval", "tasks", "report", "serve", "generate", "export", "bench", "train", "distill",
             "sft", "catalog", "propose"]
+# The commands that run untrusted code in sandbox workers (warned about when no jail is possible).
+JUDGING = {"eval", "tasks", "serve", "generate", "export", "bench", "train", "distill", "propose"}
 
 # Libraries whose deprecation notices address their callers' code, not a KernelZero user.
 _QUIET_MODULES = r"(transformers|trl|accelerate|peft|datasets|huggingface_hub|tokenizers)(\.|$)"
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     as_json = bool(getattr(args, "json", False))
     try:
+        if args.command in JUDGING:
+            _check_sandbox()
         return int(args.func(args) or 0)
     except UsageError as e:
         _fail(args.command, e, "usage", as_json)
@@ -122,6 +126,18 @@ def main(argv: list[str] | None = None) -> int:
         _fail(args.command, f"internal error: {type(e).__name__}: {e} (run with --debug for "
                             "the traceback)", "internal", as_json)
         return 1
+
+
+def _check_sandbox() -> None:
+    """Warn once, loudly, when workers cannot be jailed; a usage error when KZ_SANDBOX=bwrap
+    asks for a jail this machine cannot make."""
+    from kernelzero.eval.jail import JailError, isolation_for, warn_if_unisolated
+    mode = os.environ.get("KZ_SANDBOX") or "auto"
+    try:
+        isolation_for(mode, "cpu")
+    except (JailError, ValueError) as e:
+        raise UsageError(f"KZ_SANDBOX={mode}: {e}") from None
+    warn_if_unisolated(mode)
 
 
 if __name__ == "__main__":

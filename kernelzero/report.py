@@ -62,8 +62,19 @@ def _rows(summary: dict) -> dict[str, list[list[str]]]:
 def _headline(summary: dict) -> str:
     sp = summary["samples_per_task"]
     n = str(sp["min"]) if sp["min"] == sp["max"] else f"{sp['min']}..{sp['max']}"
-    return (f"{summary['n_tasks']} tasks, {summary['n_records']} samples ({n} per task), "
+    line = (f"{summary['n_tasks']} tasks, {summary['n_records']} samples ({n} per task), "
             f"{summary['n_correct']} correct")
+    return line + _integrity(summary.get("integrity"))
+
+
+def _integrity(integrity: dict | None) -> str:
+    """The records' integrity check (kernelzero.integrity), when the summary came from a store."""
+    if not integrity:
+        return ""
+    bad = sum(len(integrity.get(k, [])) for k in ("tampered", "unsigned", "other_key"))
+    if not bad:
+        return f"; integrity: all {integrity['verified']} records verified"
+    return f"; integrity: {integrity['verified']} records verified, {bad} NOT VERIFIED"
 
 
 def render_table(summary: dict) -> str:

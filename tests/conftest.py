@@ -9,6 +9,15 @@ EXAMPLES = ROOT / "kernelzero" / "examples"
 sys.path.insert(0, str(ROOT))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _verdict_key_of_the_suite(tmp_path_factory):
+    """The suite tags records with a key of its own (kernelzero.integrity), not the user's, and
+    the commands it runs in subprocesses inherit it."""
+    if "KZ_VERDICT_KEY_FILE" not in os.environ:
+        os.environ["KZ_VERDICT_KEY_FILE"] = str(tmp_path_factory.mktemp("key") / "verdict.key")
+    yield
+
+
 def _has_cuda() -> bool:
     try:
         import torch

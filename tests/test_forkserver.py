@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from kernelzero.eval.forkserver import fork_server
-from kernelzero.eval.sandbox import PACKAGE_ROOT, SandboxLimits, SandboxWorker, WorkerDied
+from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied
 
 FACTS = '''
 import json, os, tempfile
@@ -53,7 +52,7 @@ def test_exit_code_reaches_the_judge(tmp_path):
 def test_a_killed_fork_server_is_replaced(tmp_path):
     with _worker(tmp_path) as w:
         w.start()
-    server = fork_server(w._base_env(), PACKAGE_ROOT)
+    server = w.fork_server()
     os.kill(server._proc.pid, signal.SIGKILL)
     server._proc.wait(timeout=10)
     t0 = time.monotonic()

@@ -5,6 +5,7 @@ import threading
 import time
 
 from kernelzero.eval import EvalConfig, Evaluator
+from kernelzero.eval.sandbox import SandboxLimits
 from kernelzero.eval.solo_gate import SoloGate, out_of_memory
 from kernelzero.tasks import Candidate, Task
 
@@ -78,7 +79,10 @@ def test_a_candidate_out_of_memory_beside_others_is_judged_again_alone(tmp_path)
     once = Candidate(OOM.format(always=False, marker=str(tmp_path / "once")), "oom_once")
     always = Candidate(OOM.format(always=True, marker=str(tmp_path / "always")), "oom_always")
     pairs = [(RELU, once), (RELU, Candidate(GOOD, "good")), (RELU, Candidate(GOOD + "\n#2", "good2"))]
-    with Evaluator(EvalConfig(device="cpu", policy="none", max_workers=3)) as ev:
+    # Unjailed: the candidate remembers its first judgement in a file outside its worker,
+    # which a jail (rightly) hides from the second one.
+    unjailed = SandboxLimits(isolation="none")
+    with Evaluator(EvalConfig(device="cpu", policy="none", max_workers=3), limits=unjailed) as ev:
         v_once, v_good, _ = ev.judge_many(pairs)
         v_alone = ev.judge(RELU, always)  # nothing beside it: its out-of-memory stands
     assert (tmp_path / "once").exists()

@@ -40,7 +40,7 @@ def test_put_get_round_trip_and_columns(tmp_path):
         [r] = s.records("r")
         assert r == {"task": "L2/17_Conv2d_ReLU", "correct": True, "speedup": 2.5,
                      "speedup_compile": 0.7, "status": "correct", "run": "r", "key": "k1",
-                     "level": 2, "problem_id": 17, "sample_id": 3}
+                     "level": 2, "problem_id": 17, "sample_id": 3, "integrity": "ok"}
         s.put("k2", make_verdict(2, "incorrect").to_dict(), run="r", task_key="my_task")
         r2 = s.records("r")[1]
         assert (r2["correct"], r2["speedup"], r2["level"], r2["problem_id"]) == \
@@ -125,8 +125,9 @@ WRITER = textwrap.dedent("""
 def start_writer(tmp_path, name, n, shared=0, pause=0.0):
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # this checkout's package
     return subprocess.Popen([sys.executable, str(script), str(tmp_path / "kz.db"), name, str(n),
-                             str(shared), str(pause)],
+                             str(shared), str(pause)], env={**os.environ, "PYTHONPATH": root},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -1,7 +1,13 @@
 """`kernelzero report`: summarize one run of the results store into tables, JSON and plots.
 
-Covers: argument parsing, choosing the run, and where the files go. The numbers come from
-`kernelzero.metrics`, the files from `kernelzero.report`, the records from `kernelzero.store`.
+Covers: argument parsing, choosing the run, the records' integrity, and where the files go. The
+numbers come from `kernelzero.metrics`, the files from `kernelzero.report`, the records from
+`kernelzero.store`.
+
+Integrity: every record carries a tag only the judge can make (kernelzero.integrity). A run with a
+record whose tag does not check out (edited behind the judge's back, untagged, or tagged with
+another user's key) is refused unless `--unverified skip` (report without those records) or
+`--unverified include` (report them, flagged); either way the report says how many there were.
 """
 from __future__ import annotations
 
@@ -26,7 +32,41 @@ def register(subparsers) -> None:
     p.add_argument("--boot", type=int, default=1000, metavar="N",
                    help="bootstrap resamples for the confidence intervals; 0 = none "
                         "(default: %(default)s)")
+    p.add_argument("--unverified", choices=UNVERIFIED, default="refuse",
+                   help="records whose integrity tag does not check out (edited after the judge "
+                        "wrote them, untagged, or tagged with another key): refuse the report, "
+                        "skip them, or include them flagged (default: %(default)s)")
     p.set_defaults(func=run)
+
+
+UNVERIFIED = ("refuse", "skip", "include")
+
+
+def integrity_summary(records: list[dict]) -> dict:
+    """How many records' tags check out, and the keys of those that do not, by kind."""
+    out: dict = {"verified": 0, "tampered": [], "unsigned": [], "other_key": []}
+    for r in records:
+        kind = r.get("integrity", "unsigned")
+        if kind == "ok":
+            out["verified"] += 1
+        else:
+            out.setdefault(kind, []).append(r["key"])
+    return out
+
+
+def _unverified_keys(integrity: dict) -> list[str]:
+    return [k for kind in ("tampered", "unsigned", "other_key") for k in integrity[kind]]
+
+
+def _integrity_problem(integrity: dict, name: str) -> str:
+    parts = [f"{len(integrity[kind])} {label}" for kind, label in
+             (("tampered", "edited after the judge wrote them"),
+              ("unsigned", "without an integrity tag"),
+              ("other_key", "tagged with a key this user does not have")) if integrity[kind]]
+    first = ", ".join(_unverified_keys(integrity)[:3])
+    return (f"run {name!r} has records that fail the integrity check ({'; '.join(parts)}; e.g. "
+            f"{first}); judge them again (`kernelzero eval` with the same --db and --run replaces "
+            "them), or pass --unverified skip (report without them) or --unverified include")
 
 
 def _safe_dir_name(run: str) -> str:
@@ -59,8 +99,22 @@ def run(args: argparse.Namespace) -> int:
         if name not in runs:
             raise UsageError(f"no run named {name!r} in {db}; runs: {', '.join(runs)}")
         records = store.records(name)
+    integrity = integrity_summary(records)
+    bad = set(_unverified_keys(integrity))
+    if bad and args.unverified == "refuse":
+        raise UsageError(_integrity_problem(integrity, name))
+    if bad and args.unverified == "skip":
+        records = [r for r in records if r["key"] not in bad]
+        if not records:
+            raise UsageError(f"run {name!r} has no record that passes the integrity check")
     summary = summarize(records, n_boot=args.boot)
-    summary = {"run": name, "db": str(db), **summary}
+    if bad:
+        summary["notes"].append(
+            f"{len(bad)} record(s) fail the integrity check and are "
+            f"{'left out' if args.unverified == 'skip' else 'INCLUDED, unverified'} "
+            f"(tampered {len(integrity['tampered'])}, unsigned {len(integrity['unsigned'])}, "
+            f"other key {len(integrity['other_key'])})")
+    summary = {"run": name, "db": str(db), "integrity": integrity, **summary}
     out = Path(args.out) if args.out else Path("runs") / _safe_dir_name(name)
     files = write_report(summary, out, title=f"KernelZero report: {name}")
     if args.json:

@@ -10,7 +10,6 @@ import importlib.metadata
 import json
 import platform
 import sys
-from dataclasses import asdict
 
 # How `worker.time` measures (bump when that changes: stored timings from another method are not
 # comparable). v2: events on the timing stream behind the L2 flush, after-stream work checked.
@@ -45,14 +44,18 @@ def _version(pkg: str) -> str | None:
 
 
 def environment(cfg, limits, gpu_name: str | None) -> dict:
+    """`sandbox` holds the workers' limits and their isolation (`sandbox.isolation`: `bwrap`, or
+    `none` where code under judgement could reach the user's files and the store)."""
     import torch
+
+    from kernelzero.eval.sandbox import sandbox_report
     return {
         "torch": torch.__version__, "triton": _version("triton"), "python": sys.version.split()[0],
         "platform": platform.platform(terse=True), "device": cfg.device,
         "gpu": gpu_name if cfg.device == "cuda" else None,
         "policy": cfg.policy, "tolerance": cfg.tolerance,
         "timing_method": TIMING_METHOD if cfg.device == "cuda" else None,
-        "sandbox": asdict(limits),
+        "sandbox": sandbox_report(limits, cfg.device),
     }
 
 

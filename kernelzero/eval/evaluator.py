@@ -483,7 +483,7 @@ class Evaluator:
         if not reply.get("ok"):
             return {}
         t0, mapped = time.perf_counter(), SharedMappings()
-        outs = {int(idx): decode(item["desc"], os.path.join(w.dir, item["file"]), mapped=mapped)
+        outs = {int(idx): decode(item["desc"], w.path_of(item["file"]), mapped=mapped)
                 for idx, item in (reply.get("outputs") or {}).items()}
         t1 = time.perf_counter()
         import torch

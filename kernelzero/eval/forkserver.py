@@ -17,7 +17,16 @@ three file descriptors passed as SCM_RIGHTS; the zygote answers with the child's
 reports each child's exit status (it is the children's parent, so it reaps them). `ForkedProcess`
 gives the judge the part of `subprocess.Popen` that `SandboxWorker` uses.
 
-If the zygote dies (a candidate can signal it: same user), the next spawn starts a new one.
+In a jail (jail.py), the zygote runs inside one bubblewrap jail whose only writable folder is the
+judge's folder of worker directories, keeping the capabilities to change uid and make network
+namespaces; each child gets its own network namespace, then becomes the uid the judge reserved for
+it (worker_uids.py) and loses every capability before it loads anything untrusted. Children of one
+zygote thus share its view of the filesystem (a private /tmp too) but not each other's directories
+(mode 0700, other uids), processes or memory. Without uids of their own (an ordinary user), jailed
+workers are spawned instead (sandbox.SandboxWorker).
+
+If the zygote dies (unjailed, a candidate can signal it: same user), the next spawn starts a new
+one.
 """
 from __future__ import annotations
 
@@ -62,8 +71,11 @@ class ForkedProcess:
 class ForkServer:
     """One zygote per (device, visible GPUs) environment; `spawn` is thread-safe."""
 
-    def __init__(self, env: dict[str, str], package_root: str, start_timeout_s: float = 120.0):
+    def __init__(self, env: dict[str, str], package_root: str, start_timeout_s: float = 120.0,
+                 jail: list[str] | None = None):
+        """jail: the bwrap command (up to its `--`) the zygote runs in; empty or None: none."""
         self.env, self.package_root, self.start_timeout_s = dict(env), package_root, start_timeout_s
+        self.jail = list(jail or [])
         self._lock = threading.Lock()        # one spawn request at a time
         self._cond = threading.Condition()   # exit statuses and spawn answers
         self._exits: dict[int, int] = {}
@@ -78,14 +90,16 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {**self.env, "HOME": tempfile.gettempdir(), "TMPDIR": tempfile.gettempdir()}
         self._proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", ZYGOTE_BOOT, self.package_root, str(theirs.fileno())],
+            [*self.jail, sys.executable, "-I", "-c", ZYGOTE_BOOT, self.package_root,
+             str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             cwd="/")
         theirs.close()
         self._sock = ours
-        self._answers.clear()
-        self._reader = threading.Thread(target=self._read_loop, args=(ours,), daemon=True)
+        self._answers = []  # a fresh list: a dead zygote's reader may still report into the old
+        self._reader = threading.Thread(target=self._read_loop, args=(ours, self._answers),
+                                        daemon=True)
         self._reader.start()
         if self._next_answer(time.monotonic() + self.start_timeout_s).get("ready") is not True:
             self.close()
@@ -94,7 +108,7 @@ class ForkServer:
     def _alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None and self._sock is not None
 
-    def _read_loop(self, sock: socket.socket) -> None:
+    def _read_loop(self, sock: socket.socket, answers: list) -> None:
         buf = b""
         while True:
             try:
@@ -111,10 +125,10 @@ class ForkServer:
                     if "exit" in msg:
                         self._exits[int(msg["exit"])] = int(msg["code"])
                     else:
-                        self._answers.append(msg)
+                        answers.append(msg)
                     self._cond.notify_all()
         with self._cond:  # the zygote is gone: no answer will come
-            self._answers.append({"dead": True})
+            answers.append({"dead": True})
             self._cond.notify_all()
 
     def _next_answer(self, deadline: float) -> dict:
@@ -128,8 +142,9 @@ class ForkServer:
 
     # ---------------------------------------------------------------- judge side API
     def spawn(self, cwd: str, env: dict[str, str], stderr_path: str, no_network: bool,
-              threads: int) -> ForkedProcess:
-        """A new worker process (see the module docstring); raises ForkServerError."""
+              threads: int, uid: int | None = None, groups: list[int] = ()) -> ForkedProcess:
+        """A new worker process (see the module docstring), running as `uid` (in `groups`) when
+        given; raises ForkServerError."""
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -139,7 +154,8 @@ class ForkServer:
                     self.close()
                     self._start()
                 req = json.dumps({"cwd": cwd, "env": env, "no_network": no_network,
-                                  "threads": threads}).encode() + b"\n"
+                                  "threads": threads, "uid": uid,
+                                  "groups": list(groups)}).encode() + b"\n"
                 fds = array.array("i", [in_r, out_w, err])
                 try:
                     self._sock.sendmsg([req], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
@@ -190,12 +206,13 @@ _SERVERS: dict[str, ForkServer] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-def fork_server(env: dict[str, str], package_root: str) -> ForkServer:
-    """The process-wide fork server for this worker environment (started on first spawn)."""
-    key = json.dumps(env, sort_keys=True)
+def fork_server(env: dict[str, str], package_root: str, jail: list[str] | None = None) -> ForkServer:
+    """The process-wide fork server for this worker environment and jail (started on first
+    spawn)."""
+    key = json.dumps([env, jail or []], sort_keys=True)
     with _SERVERS_LOCK:
         if key not in _SERVERS:
-            _SERVERS[key] = ForkServer(env, package_root)
+            _SERVERS[key] = ForkServer(env, package_root, jail=jail)
         return _SERVERS[key]
 
 
@@ -279,6 +296,11 @@ def _become_worker(req: dict, fds: list[int]) -> None:
         if req.get("no_network"):
             from kernelzero.eval.sandbox import isolate_network
             isolate_network()
+        if req.get("uid") is not None:  # its own uid: every capability goes with root
+            uid = int(req["uid"])
+            os.setgroups([int(g) for g in req.get("groups") or []])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])

@@ -71,7 +71,7 @@ def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False,
     mapped = SharedMappings() if mapped is None else mapped
 
     def read(item):
-        return decode(item["desc"], os.path.join(worker.dir, item["file"]), mapped=mapped)
+        return decode(item["desc"], worker.path_of(item["file"]), mapped=mapped)
     for t in reply["trials"]:
         res = TrialResult(outputs=read(t["outputs"]), digest=float(t.get("input_digest", 0.0)),
                           mutated=[int(i) for i in t.get("mutated", [])])

@@ -7,13 +7,17 @@ the child before any untrusted code loads, and a wall-clock deadline on every re
 the whole process group is killed. Replies come on the child's stdout, which the child keeps for
 itself; everything the module prints goes to `worker.log`.
 
-What it does not give: a kernel-level jail. A candidate can read files the user can read. Network
-isolation is added where the OS allows it (see `SandboxLimits.no_network`).
+The jail (jail.py, bubblewrap): the worker sees the system and its Python read-only, its own
+directory read-write, nothing of the store, the working tree, the home or other workers; no
+network. As root it also runs as a uid of its own (worker_uids.py), so that every process it
+starts, however detached, is killed when it is closed; elsewhere a PID namespace does that.
+Where no jail can be made, `isolation: none` is reported and warned about (jail.py).
 """
 from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -24,8 +28,12 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from kernelzero.eval.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command, device_groups,
+                                  drop_to_uid, isolation_for, warn_if_unisolated, workers_parent)
+from kernelzero.eval.worker_uids import NoWorkerUid, WorkerUid
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from kernelzero.eval.worker import main; main()"
@@ -62,9 +70,16 @@ class SandboxLimits:
     address_space_bytes: RLIMIT_AS; None on CUDA, whose driver reserves huge virtual ranges.
     nofile: open file descriptors.
     threads: torch intra-op threads in the worker (OMP_NUM_THREADS).
-    The judge also polices the worker's whole session while it waits for a reply: more than
-    `max_processes` processes or `max_rss_bytes` of resident memory kills the process group
-    (RLIMIT_NPROC does not bind root, RLIMIT_AS breaks CUDA).
+    The judge also polices the worker's processes while it waits for a reply (its session, or
+    every process of its own uid): more than `max_processes` processes or `max_rss_bytes` of
+    resident memory kills them (RLIMIT_NPROC does not bind root, RLIMIT_AS breaks CUDA; with a
+    uid of its own, RLIMIT_NPROC is set to `max_processes` too).
+    isolation: `auto` (a bubblewrap jail where this machine can make one, else none, warned
+        about), `bwrap` (a jail or no worker at all), `none` (no jail). Default: $KZ_SANDBOX or
+        auto.
+    own_uid: run each worker as a uid of its own; None: wherever it can (root).
+    pid_namespace: give each worker a PID namespace of its own; None: on the CPU, and wherever
+        workers have no uid of their own (see jail.py: CUDA IPC refuses another one).
     """
 
     cpu_s: int = 1800
@@ -75,6 +90,9 @@ class SandboxLimits:
     max_processes: int = 128          # processes in the worker's session (watchdog; fork bombs)
     max_rss_bytes: int = 64 * 2**30   # resident memory of the whole session (watchdog)
     no_network: bool = True           # new network namespace when the OS allows it (root)
+    isolation: str = field(default_factory=lambda: os.environ.get("KZ_SANDBOX") or "auto")
+    own_uid: bool | None = None
+    pid_namespace: bool | None = None
 
     def rlimits(self) -> dict:
         return {"RLIMIT_CORE": 0, "RLIMIT_CPU": self.cpu_s, "RLIMIT_FSIZE": self.file_bytes,
@@ -125,6 +143,28 @@ def session_usage(sid: int) -> tuple[int, int]:
     return n, rss
 
 
+def uid_usage(uid: int) -> tuple[int, int]:
+    """(process count, resident bytes) of every live process whose real uid is `uid`, from
+    /proc (status, not the folder's owner, which a process can make root's: PR_SET_DUMPABLE)."""
+    n, rss = 0, 0
+    want = b"\nUid:\t%d\t" % uid
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue
+        if want not in status or b"\nState:\tZ" in status:  # a zombie is dead (init may not
+            continue                                          # have reaped it yet)
+        n += 1
+        at = status.find(b"\nVmRSS:")
+        if at >= 0:
+            rss += int(status[at + 7:status.index(b"kB", at)]) * 1024
+    return n, rss
+
+
 class WorkerTimeout(Exception):
     pass
 
@@ -146,12 +186,23 @@ class SandboxWorker:
     def __init__(self, device: str, limits: SandboxLimits, work_root: str | None = None,
                  build_dir: str | None = None, name: str = "worker", start_method: str = "spawn"):
         """start_method: `spawn` starts `python -I` afresh; `fork` forks it from a process that
-        has imported torch already (kernelzero.eval.forkserver; falls back to spawn)."""
+        has imported torch already (kernelzero.eval.forkserver; falls back to spawn). Raises
+        WorkerDied when `limits.isolation` is `bwrap` and no jail can be made here."""
         self.device, self.limits, self.name = device, limits, name
         self.start_method = start_method
-        self.dir = tempfile.mkdtemp(prefix=f"kz-{name}-", dir=work_root or _shm_root())
+        try:
+            self.isolation: Isolation = isolation_for(limits.isolation, device,
+                                                      limits.pid_namespace, limits.own_uid)
+        except (JailError, ValueError) as e:  # every verdict then says why no worker started
+            raise WorkerDied(str(e)) from None
+        if not self.isolation.jailed:
+            warn_if_unisolated(limits.isolation, device)
+        root = work_root or _shm_root() or tempfile.gettempdir()
+        parent = workers_parent(root) if self.isolation.jailed else root
+        self.dir = tempfile.mkdtemp(prefix=f"kz-{name}-", dir=parent)
         self.build_dir = build_dir or os.path.join(self.dir, "build")
         self.proc: subprocess.Popen | None = None
+        self.uid: WorkerUid | None = None  # its own uid, while it lives (jailed, as root)
         self._buf = b""
 
     # ------------------------------------------------------------------ lifecycle
@@ -164,29 +215,56 @@ class SandboxWorker:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        if self.isolation.own_uid:  # a uid with no account: getpass.getuser() asks these first
+            env.update(USER="kz-worker", LOGNAME="kz-worker")
         return env
 
     def _env(self) -> dict:
         env = self._base_env()
+        rlimits = self.limits.rlimits()
+        if self.uid is not None:  # binds a uid no other process has (root ignores it)
+            rlimits["RLIMIT_NPROC"] = self.limits.max_processes
         env.update(HOME=self.dir, TMPDIR=self.dir,
                    TORCH_EXTENSIONS_DIR=os.path.join(self.build_dir, "torch_extensions"),
                    TRITON_CACHE_DIR=os.path.join(self.build_dir, "triton"),
-                   KZ_RLIMITS=json.dumps(self.limits.rlimits()))
+                   KZ_RLIMITS=json.dumps(rlimits))
         return env
 
     def start(self, timeout_s: float = 120.0) -> None:
-        if self.start_method == "fork" and self._start_forked(timeout_s):
+        if self.isolation.own_uid:
+            try:
+                self.uid = WorkerUid.reserve()
+            except NoWorkerUid as e:
+                raise WorkerDied(f"could not give the worker a uid of its own: {e}") from None
+            os.chown(self.dir, self.uid.uid, self.uid.uid)
+            os.chmod(self.dir, 0o700)
+        if self.start_method == "fork" and self._can_fork() and self._start_forked(timeout_s):
             return
         log = open(os.path.join(self.dir, "boot.log"), "wb")
         env = self._env()
-        if self.limits.no_network:
+        cmd = [sys.executable, "-I", "-c", BOOT, PACKAGE_ROOT]
+        if self.isolation.jailed:
+            try:
+                jail = bwrap_command(self.isolation, self.dir, PACKAGE_ROOT, self.device,
+                                     hide=os.path.dirname(self.dir),
+                                     keep_caps=WORKER_CAPS if self.uid else ())
+            except JailError as e:
+                log.close()
+                raise WorkerDied(f"could not jail the worker: {e}") from None
+            groups = device_groups(self.device)
+            cmd = jail + (drop_to_uid(self.uid.uid, groups) if self.uid else []) + cmd
+        elif self.limits.no_network:
             env["KZ_NO_NETWORK"] = "1"
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-c", BOOT, PACKAGE_ROOT], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env=env,
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=self.dir, env=env,
             start_new_session=True, close_fds=True)
         log.close()
         self._await_ready(timeout_s)
+
+    def _can_fork(self) -> bool:
+        """Workers forked from one fork server share its jail: only uids of their own keep them
+        apart (forkserver.py), so a jailed worker without one is spawned."""
+        return not self.isolation.jailed or self.uid is not None
 
     def _await_ready(self, timeout_s: float) -> None:
         if not self._read(time.monotonic() + timeout_s).get("ready"):
@@ -194,23 +272,44 @@ class SandboxWorker:
 
     def _start_forked(self, timeout_s: float) -> bool:
         """Fork the worker from the fork server; False (nothing started) when that fails."""
-        from kernelzero.eval.forkserver import ForkServerError, fork_server
+        from kernelzero.eval.forkserver import ForkServerError
         try:
-            server = fork_server(self._base_env(), PACKAGE_ROOT)
-            self.proc = server.spawn(self.dir, self._env(), os.path.join(self.dir, "boot.log"),
-                                     self.limits.no_network, self.limits.threads)
-        except (ForkServerError, OSError):
+            self.proc = self.fork_server().spawn(
+                self.dir, self._env(), os.path.join(self.dir, "boot.log"), self.limits.no_network,
+                self.limits.threads, uid=self.uid.uid if self.uid else None,
+                groups=device_groups(self.device))
+        except (ForkServerError, JailError, OSError):
             self.proc = None
             return False
         self._await_ready(timeout_s)
         return True
 
+    def fork_server(self):
+        """The fork server for workers like this one (its environment and jail)."""
+        from kernelzero.eval.forkserver import fork_server
+        return fork_server(self._base_env(), PACKAGE_ROOT, self._fork_server_jail())
+
+    def _fork_server_jail(self) -> list[str]:
+        """The jail of the fork server that forks this worker: the folder of this judge's worker
+        directories writable (each child reaches only its own: uids of their own), and the
+        capabilities to give each child its own network namespace and uid. No PID namespace:
+        the judge signals children by the pids the zygote reports (their uids, not a namespace,
+        keep them from each other's processes)."""
+        if not self.isolation.jailed:
+            return []
+        return bwrap_command(dataclasses.replace(self.isolation, pid_namespace=False),
+                             os.path.dirname(self.dir), PACKAGE_ROOT, self.device,
+                             keep_caps=("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN"))
+
     def close(self, wait: bool = True) -> None:
-        """Kill the process group now. With wait=False the rest (waiting for the exit, which for
-        a CUDA process means its context's teardown, often a few hundred ms, and removing the
-        temp dir) happens on a reaper thread (`reap_pending` waits for them all)."""
+        """Kill the worker now, every process it started with it. With wait=False the rest
+        (waiting for the exit, which for a CUDA process means its context's teardown, often a
+        few hundred ms, and removing the temp dir) happens on a reaper thread (`reap_pending`
+        waits for them all)."""
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
+        elif self.uid is not None:  # the worker is gone; what it left running is not
+            self.uid.kill_all()
         if wait:
             self._reap()
             return
@@ -232,6 +331,10 @@ class SandboxWorker:
                     except OSError:
                         pass
             shutil.rmtree(self.dir, ignore_errors=True)
+            if self.uid is not None:
+                if self.isolation.shared_shm:
+                    self.uid.remove_files("/dev/shm")
+                self.uid.release()
         finally:
             with _REAPING_LOCK:
                 _REAPING.discard(threading.current_thread())
@@ -254,12 +357,27 @@ class SandboxWorker:
     # ------------------------------------------------------------------ protocol
     def request(self, msg: dict, timeout_s: float) -> dict:
         """Send one command; return the reply or raise WorkerTimeout / WorkerDied."""
+        if msg.get("op") == "load" and self.isolation.jailed:
+            msg = self._hand_over(msg)
         try:
             self.proc.stdin.write((json.dumps(msg) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._death_reason(), self.proc.poll()) from None
         return self._read(time.monotonic() + timeout_s)
+
+    def _hand_over(self, msg: dict) -> dict:
+        """A jailed worker sees only its own directory: the module files the judge wrote there
+        become its own (readable whatever the judge's umask), and a build directory elsewhere
+        (a cache shared between workers, which one candidate could poison for another) is
+        replaced by one inside it."""
+        for key in ("task_path", "candidate_path"):
+            path = msg.get(key)
+            if self.uid is not None and isinstance(path, str) and _inside(path, self.dir):
+                os.chown(path, self.uid.uid, self.uid.uid)
+        if isinstance(msg.get("build_dir"), str) and not _inside(msg["build_dir"], self.dir):
+            msg = {**msg, "build_dir": os.path.join(self.dir, "build")}
+        return msg
 
     def _read(self, deadline: float) -> dict:
         fd = self.proc.stdout.fileno()
@@ -289,24 +407,28 @@ class SandboxWorker:
         return reply
 
     def _police(self) -> None:
-        """Kill the worker when its session exceeds the process or memory limits."""
+        """Kill the worker when its processes exceed the process or memory limits."""
         if not os.path.isdir("/proc"):
             return
-        n, rss = session_usage(self.proc.pid)
+        n, rss = uid_usage(self.uid.uid) if self.uid else session_usage(self.proc.pid)
         if n > self.limits.max_processes:
             self.kill()
             raise WorkerDied(f"it started more than {self.limits.max_processes} processes "
-                             "(fork bomb?); its process group was killed")
+                             "(fork bomb?); they were all killed")
         if rss > self.limits.max_rss_bytes:
             self.kill()
             raise WorkerDied(f"it used more than {self.limits.max_rss_bytes / 2**30:.0f} GiB of "
-                             "host memory; its process group was killed")
+                             "host memory; its processes were all killed")
 
     def kill(self) -> None:
+        """SIGKILL the worker's process group and, with a uid of its own, every process of that
+        uid (whatever sessions they made); in a PID namespace, the namespace dies with bwrap."""
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
+        if self.uid is not None:
+            self.uid.kill_all()
 
     def _death_reason(self) -> str:
         try:
@@ -314,6 +436,8 @@ class SandboxWorker:
         except subprocess.TimeoutExpired:
             self.kill()
             return "the worker stopped answering"
+        if self.isolation.jailed and code > 128 and type(self.proc) is subprocess.Popen:
+            code = 128 - code  # bwrap exits with 128 + the signal that ended the worker
         if code < 0:
             try:
                 sig = signal.Signals(-code).name
@@ -325,17 +449,41 @@ class SandboxWorker:
             return f"the process crashed with {sig}{hint}"
         return f"the process exited with code {code} before answering"
 
+    def path_of(self, name) -> str:
+        """The path of a file the worker names in a reply: a plain name in its own directory
+        (no folder, no `..`), opened by the judge with tensorio.open_regular. Raises ValueError."""
+        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name \
+                or "\0" in name:
+            raise ValueError(f"the worker named an output file outside its directory: {name!r}")
+        return os.path.join(self.dir, name)
+
     def log_tail(self, n_chars: int = 2000) -> str:
+        from kernelzero.eval.tensorio import DecodeError, open_regular
         out = []
-        for name in ("boot.log", "worker.log"):
-            p = os.path.join(self.dir, name)
+        for name in ("boot.log", "worker.log"):  # never through a link the worker put there
             try:
-                with open(p, "rb") as f:
-                    f.seek(max(0, os.path.getsize(p) - n_chars))
-                    out.append(f.read().decode("utf-8", "replace"))
-            except OSError:
+                with open_regular(os.path.join(self.dir, name)) as f:
+                    f.seek(max(0, os.fstat(f.fileno()).st_size - n_chars))
+                    out.append(f.read(n_chars).decode("utf-8", "replace"))
+            except (OSError, DecodeError):
                 pass
         return "".join(out)[-n_chars:]
 
     def limits_report(self) -> dict:
         return asdict(self.limits)
+
+
+def sandbox_report(limits: SandboxLimits, device: str) -> dict:
+    """A verdict environment's `sandbox` block: the limits, the isolation asked for
+    (`requested`) and the isolation workers get (`isolation`: bwrap or none, with why)."""
+    try:
+        iso = isolation_for(limits.isolation, device, limits.pid_namespace,
+                            limits.own_uid).report()
+    except JailError as e:
+        iso = {"isolation": "unavailable", "reason": str(e)}
+    return {**asdict(limits), "requested": limits.isolation, **iso}
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real == top or real.startswith(top + os.sep)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 
 import torch
 
@@ -85,13 +86,27 @@ class DecodeError(ValueError):
     """The worker's description does not match the allow-list or the bytes it wrote."""
 
 
+def open_regular(path: str | os.PathLike):
+    """Open a file the worker wrote, for reading, only if it is a regular file: never through a
+    symbolic link it made (to a file of the judge's), never a FIFO (which would block the judge).
+    Raises DecodeError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise DecodeError(f"output file unreadable: {e.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DecodeError("output file is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def decode(desc, path: str | os.PathLike, _buf: list | None = None, mapped=None):
     """Rebuild what `encode` described. Tensors come back on the CPU, owning their memory (CUDA
     IPC outputs: in the judge's own GPU memory; `mapped`: see cuda_ipc.open_shared)."""
     if _buf is None:
-        size = os.path.getsize(path)
-        data = bytearray(size)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = bytearray(size)
             if f.readinto(data) != size:
                 raise DecodeError("output file changed while it was read")
         _buf = [data, 0]  # file bytes, entry counter

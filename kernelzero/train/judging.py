@@ -11,10 +11,15 @@ Does not cover: how a verdict is reached (kernelzero.eval), how it travels over 
 (kernelzero.serve.client) or what reward it earns (rewards.py).
 One cache file per process: with several processes each rank writes its own
 `verdicts.rank{R}.jsonl`, and readers merge them (`load_verdict_records`).
+
+Integrity: each line carries a tag only the judge can make (kernelzero.integrity). A line whose tag
+does not check out (edited behind the judge's back, untagged, or tagged with another key) is never
+loaded: its pair is judged again, so a forged cached verdict never becomes a reward.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -22,7 +27,10 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from kernelzero.eval import Verdict
+from kernelzero.integrity import OK, VerdictKey, load_key
 from kernelzero.tasks import Candidate, Task
+
+log = logging.getLogger(__name__)
 
 
 def verdict_cache_key(task_hash: str, candidate_hash: str) -> str:
@@ -32,17 +40,30 @@ def verdict_cache_key(task_hash: str, candidate_hash: str) -> str:
 class VerdictCache:
     """Verdicts by (task hash, candidate hash), in memory and (optionally) in an append-only JSONL file.
 
-    A half-written last line (the process was killed mid-write) is cut off on load.
+    A half-written last line (the process was killed mid-write) is cut off on load; a line whose
+    integrity tag does not check out is left out (counted in `refused`, by kind) and warned about.
     """
 
-    def __init__(self, path: str | Path | None = None, read_paths: Iterable[str | Path] = ()):
+    def __init__(self, path: str | Path | None = None, read_paths: Iterable[str | Path] = (),
+                 key: VerdictKey | None = None):
+        """key: tags new lines and checks loaded ones (default: the user's verdict key)."""
         self.path = Path(path) if path else None
+        self.key = key if key is not None else _user_key()
         if self.path:
             _drop_torn_tail(self.path)
         self._verdicts: dict[str, Verdict] = {}
+        self.refused: dict[str, int] = {}
         for p in [*read_paths, *([self.path] if self.path else [])]:
-            for key, v in _read_jsonl(Path(p)):
-                self._verdicts.setdefault(key, v)
+            for rec in _read_jsonl(Path(p)):
+                kind = _integrity(self.key, rec)
+                if kind != OK:
+                    self.refused[kind] = self.refused.get(kind, 0) + 1
+                    continue
+                self._verdicts.setdefault(rec["key"], Verdict.from_dict(rec["verdict"]))
+        if self.refused:
+            log.warning("verdict cache: %s line(s) failed the integrity check (%s) and will be "
+                        "judged again", sum(self.refused.values()),
+                        ", ".join(f"{k} {n}" for k, n in sorted(self.refused.items())))
 
     def get(self, task_hash: str, candidate_hash: str) -> Verdict | None:
         return self._verdicts.get(verdict_cache_key(task_hash, candidate_hash))
@@ -56,7 +77,11 @@ class VerdictCache:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a", encoding="utf-8") as f:
                 for k, ctx, v in fresh:
-                    f.write(json.dumps({"key": k, **ctx, "verdict": v.to_dict()}) + "\n")
+                    rec = {"key": k, **ctx, "verdict": v.to_dict()}
+                    rec = json.loads(json.dumps(rec))  # tagged as it will read back
+                    if self.key is not None:
+                        rec["tag"] = self.key.tag(rec)
+                    f.write(json.dumps(rec) + "\n")
                 f.flush()
                 os.fsync(f.fileno())
 
@@ -65,6 +90,23 @@ class VerdictCache:
 
     def keys(self) -> set[str]:
         return set(self._verdicts)
+
+
+def _user_key() -> VerdictKey | None:
+    try:
+        return load_key()
+    except (OSError, ValueError) as e:
+        log.warning("verdict cache: no verdict key (%s): lines are written untagged and none "
+                    "is loaded back", e)
+        return None
+
+
+def _integrity(key: VerdictKey | None, rec: dict) -> str:
+    """A JSONL record's integrity (kernelzero.integrity): its tag over everything else in it."""
+    body = {k: v for k, v in rec.items() if k != "tag"}
+    if key is None:
+        return "unsigned" if not rec.get("tag") else "other_key"
+    return key.check(body, rec.get("tag"))
 
 
 def _drop_torn_tail(path: Path) -> None:
@@ -87,19 +129,25 @@ def _read_jsonl(path: Path):
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by a kill
-            yield rec["key"], Verdict.from_dict(rec["verdict"])
+            if isinstance(rec, dict) and "key" in rec and isinstance(rec.get("verdict"), dict):
+                yield rec
 
 
 def load_verdict_records(run_dir: str | Path) -> list[dict]:
-    """Every verdict record of a run (all ranks' files), in file order."""
+    """Every verdict record of a run (all ranks' files), in file order, each with `integrity`
+    (kernelzero.integrity: `ok` unless edited after the judge wrote it, untagged, or tagged with
+    another key)."""
+    key = _user_key()
     out = []
     for p in sorted(Path(run_dir).glob("verdicts*.jsonl")):
         with p.open(encoding="utf-8") as f:
             for line in f:
                 try:
-                    out.append(json.loads(line))
+                    rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
+                if isinstance(rec, dict):
+                    out.append({**rec, "integrity": _integrity(key, rec)})
     return out
 
 
