@@ -12,29 +12,34 @@ part=${1:?part: coders or kb}
 OUT=${2:?results directory}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
-if ls .whl/*.whl >/dev/null 2>&1 && ! python3 -c 'import trl, datasets' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-fi
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
-python3 -c 'import torch, triton, transformers, trl, datasets, pyarrow; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__, torch.cuda.get_device_name())' | tee "$OUT/versions.txt"
+source bench/gpu_env.sh
+export TOKENIZERS_PARALLELISM=false
+python3 -c 'import torch, triton, transformers, trl, datasets, pyarrow; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' | tee "$OUT/versions.txt"
 kz() { python3 -m kernelzero "$@"; }
 
 case "$part" in
 coders)
   gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1
-  timeout 90 python3 bench/fastgen_bench.py --presets cpu,gpu,large --rows 512 --new 256 --hf-rows 512 \
-    --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
-  for preset in cpu gpu; do
+  [ -n "${KZ_SKIP_FASTGEN:-}" ] || timeout 90 python3 bench/fastgen_bench.py --presets cpu,gpu,large \
+    --rows 512 --new 256 --hf-rows 512 --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
+  for preset in ${KZ_PRESETS:-cpu gpu}; do
     budget=${KZ_SFT_BUDGET_S:-130}
     timeout 330 python3 -m kernelzero train --config "coder-$preset" --out "/tmp/runs/coder-$preset" \
-      --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="$budget" \
+      --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="$budget" ${KZ_SETS:-} \
       2>&1 | tee "$OUT/coder-$preset.log" | grep -v "it/s\]"
     cp "/tmp/runs/coder-$preset/summary.json" "$OUT/coder-$preset-summary.json" 2>/dev/null
     cp "/tmp/runs/coder-$preset/cold_start/cold_start.json" "$OUT/coder-$preset-cold_start.json" 2>/dev/null
   done
-  # The CPU-size Coder comes back to be shipped (fp32 safetensors + tokenizer, ~12 MB).
-  tar -C /tmp/runs/coder-cpu/cold_start -czf "$OUT/coder-cpu-model.tgz" model --exclude='*.pt' --exclude='training_args.bin' --exclude='checkpoint-*'
+  # The Proposer that ships beside the Coder: from zero on the family generator's modules.
+  [ -n "${KZ_SKIP_PROPOSER:-}" ] || timeout 200 python3 -m kernelzero train --config proposer-cpu \
+    --out /tmp/runs/proposer-cpu --set cold_start.time_budget_s="${KZ_PROPOSER_BUDGET_S:-100}" ${KZ_SETS_P:-} \
+    2>&1 | tee "$OUT/proposer-cpu.log" | grep -v "it/s\]"
+  # The CPU-size models come back to be shipped (fp32 safetensors + tokenizer, ~12 MB each).
+  for m in coder-cpu/cold_start proposer-cpu/proposer_cold_start; do
+    [ -d "/tmp/runs/$m/model" ] && tar --exclude="*.pt" --exclude=training_args.bin --exclude="checkpoint-*" \
+      -C "/tmp/runs/$m" -czf "$OUT/${m%%/*}-model.tgz" model
+  done
+  cp /tmp/runs/proposer-cpu/proposer_cold_start/proposer_cold_start.json "$OUT/" 2>/dev/null
   ;;
 kb)
   gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1

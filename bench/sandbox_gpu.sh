@@ -22,17 +22,7 @@ R=${2:?usage: sandbox_gpu.sh check|speed|adv|all RESULTS_DIR}
 mkdir -p "$R/files" && R=$(cd "$R" && pwd)
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
-if ! command -v bwrap >/dev/null && ls .debs/*.deb >/dev/null 2>&1; then
-  # Unpacked, not installed; its libraries are given to it alone, through the dynamic loader
-  # (an LD_LIBRARY_PATH would reach every program, the workers included).
-  for deb in .debs/*.deb; do dpkg -x "$deb" .debs/root; done
-  libs=$(find "$PWD/.debs/root" -name '*.so*' -printf '%h\n' | sort -u | paste -sd:)
-  mkdir -p .debs/bin
-  printf '#!/bin/sh\nexec /lib64/ld-linux-x86-64.so.2 --library-path "%s" "%s" "$@"\n' \
-    "$libs" "$PWD/.debs/root/usr/bin/bwrap" > .debs/bin/bwrap
-  chmod +x .debs/bin/bwrap
-  export PATH="$PWD/.debs/bin:$PATH"
-fi
+source bench/gpu_env.sh  # bubblewrap from the carried .debs/, where the image has none
 { echo "part $part: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
   echo "bwrap: $(command -v bwrap || echo MISSING) $(bwrap --version 2>&1 | head -1)"
   echo "setpriv: $(command -v setpriv || echo MISSING); kill: $(command -v kill || echo MISSING)"

@@ -196,3 +196,21 @@ def write_report(summary: dict, out_dir: str | Path,
     (out / "report.md").write_text(_markdown(summary, title, plots, plot_notes))
     files["report.md"] = out / "report.md"
     return files
+
+
+def render_heldout(heldout: list[dict]) -> str:
+    """A training run's held-out greedy pass@1 (summary.json's `heldout`): one row per round
+    (round 0 is before RL), one column per set, each with its bootstrap CI."""
+    if not heldout:
+        return "no held-out evaluation yet\n"
+    sets = list(heldout[0].get("sets", {}))
+    rows = [["round"] + [f"{s} pass@1" for s in sets]]
+    for h in heldout:
+        cells = []
+        for s in sets:
+            f = h.get("sets", {}).get(s)
+            cells.append(_pct({"value": f["pass@1"], "lo": f["pass@1_ci"][0], "hi": f["pass@1_ci"][1]})
+                         if f else "n/a")
+        rows.append([str(h["round"]) + (" (before RL)" if h["round"] == 0 else "")] + cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() + "\n" for r in rows)

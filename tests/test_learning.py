@@ -163,12 +163,12 @@ def test_sft_from_zero_moves_the_weights_and_lowers_held_out_loss(tmp_path):
 
 # ------------------------------------------------------------------ the shipped Coder
 def test_shipped_coder_loads_offline(monkeypatch):
-    from kernelzero.coder.shipped import ShippedModelMissing, shipped_coder
+    from kernelzero.models.shipped import ShippedModelMissing, shipped_model
 
     try:
-        path = shipped_coder()
+        path = shipped_model("coder")
     except ShippedModelMissing:
-        pytest.fail("the package ships without its Coder (kernelzero/coder/shipped/coder-cpu)")
+        pytest.fail("the package ships without its Coder (kernelzero/models/weights/coder-cpu)")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from kernelzero.models import SamplingConfig, load_backend
     from kernelzero.coder.prompts import PromptConfig, build_prompt

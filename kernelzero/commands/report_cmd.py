@@ -24,6 +24,9 @@ def register(subparsers) -> None:
                     "against eager and torch.compile, geometric-mean speedup, each with a "
                     "bootstrap 95% CI over tasks. Writes report.md, summary.json and PNG plots.")
     p.add_argument("--db", default="kernelzero.db", help="results database (default: %(default)s)")
+    p.add_argument("--train", default=None, metavar="RUN_DIR",
+                   help="report a training run instead (a `kernelzero train --out` directory): "
+                        "held-out pass@1 before RL and after each round, per set, with CIs")
     p.add_argument("--run", default=None,
                    help="run to report (default: the most recent run in the database)")
     p.add_argument("--out", default=None,
@@ -75,7 +78,36 @@ def _safe_dir_name(run: str) -> str:
     return name or "run"
 
 
+def run_training(args: argparse.Namespace) -> int:
+    """A training run's summary.json: the held-out table (and the plot's path)."""
+    from kernelzero.cli import UsageError
+    from kernelzero.report import render_heldout
+
+    path = Path(args.train) / "summary.json"
+    if not path.is_file():
+        raise UsageError(f"{args.train}: no summary.json (a `kernelzero train --out` directory "
+                         "writes one when its run ends)")
+    summary = json.loads(path.read_text())
+    if args.json:
+        print(json.dumps({k: summary.get(k) for k in ("out", "coder_model", "cold_start", "heldout",
+                                                       "frontier_band_share", "steps", "wall_s")}))
+        return 0
+    print(f"training run {args.train} (Coder: {summary.get('coder_model')}, {summary.get('steps')} "
+          f"RL steps, {summary.get('wall_s', 0):.0f} s)")
+    print(render_heldout(summary.get("heldout") or []), end="")
+    shares = [s for s in summary.get("frontier_band_share") or [] if s.get("share") is not None]
+    if shares:
+        print("Proposer modules in the frontier band: " + ", ".join(
+            f"round {s['round']} {100 * s['share']:.0f}% of {s['valid']}" for s in shares))
+    plot = Path(args.train) / "reports" / "heldout.png"
+    if plot.exists():
+        print(f"plot: {plot}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.train:
+        return run_training(args)
     from kernelzero.cli import UsageError
     from kernelzero.metrics import summarize
     from kernelzero.report import render_table, write_report

@@ -254,12 +254,13 @@ class TrainConfig:
 
     name: label of the run (the output directory defaults to runs/<name>).
     coder_model: a local checkpoint path; `shipped`, the Coder that ships inside the package
-        (kernelzero/coder/shipped, trained from zero by the project's own recipe); `scratch`, a
+        (kernelzero/models/shipped.py, trained from zero by the project's own recipe); `scratch`, a
         Coder made from zero at the start of the run (the `cold_start` section: distill the
         teacher compiler, build a model, fine-tune); or `tiny`, a tiny random model (plumbing
         tests only: it writes no kernels).
-    proposer_model: a local checkpoint path, `tiny`, or `scratch` (with proposer.kind `family`:
-        a Proposer distilled from the family generator at the start of the run).
+    proposer_model: a local checkpoint path, `tiny`, `shipped` (the package's family Proposer) or
+        `scratch` (with proposer.kind `family`: a Proposer distilled from the family generator at
+        the start of the run).
     tiny_size: (hidden size, layers) of the `tiny` models.
     rounds: R, Proposer phase then Coder phase, R times (0: only the cold start, if any, and the
         held-out evaluation of round 0).

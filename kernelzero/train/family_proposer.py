@@ -133,8 +133,35 @@ def make_proposer(cfg: TrainConfig, out_dir: Path, log=print) -> str:
     log(f"proposer cold start: SFT on {len(rows)} (op set -> module) rows")
     figures = run_sft(str(init), rows, out / "model", sft, log=log)
     figures["model"] = str(out / "model")
+    figures["static_validity"] = static_validity(cfg, out / "model", n=64)
+    v = figures["static_validity"]
+    log(f"proposer cold start: {v['in_family']}/{v['n']} sampled modules parse and are in the family")
     done.write_text(json.dumps(figures, indent=1) + "\n")
     return figures["model"]
+
+
+def static_validity(cfg: TrainConfig, model_dir: Path, n: int = 64) -> dict:
+    """Of n modules the Proposer writes for sampled op sets (at its temperature): how many parse
+    as KernelBench modules the teacher compiles. No sandbox run: a cheap figure, not the
+    validation check (which the loop's Proposer phases apply to every module)."""
+    from kernelzero.models import SamplingConfig, load_backend
+    from kernelzero.propose.llm import ParseError, parse_module
+    from kernelzero.teacher import compile_module
+
+    rng = random.Random(f"proposer-validity/{cfg.seed}")
+    sets = [sample_api_set(rng, rng.choice(cfg.proposer.api_set_sizes), cfg.cold_start.family)
+            for _ in range(n)]
+    backend = load_backend(f"hf:{model_dir}", device="cuda" if cfg.device == "cuda" else "cpu")
+    outs = backend.generate([proposer_prompt(a) for a in sets], 1, SamplingConfig(
+        temperature=cfg.proposer.temperature, max_new_tokens=cfg.proposer.max_completion_tokens,
+        seed=cfg.seed))
+    in_family = 0
+    for (text,) in outs:
+        try:
+            in_family += compile_module(parse_module(text)).ok
+        except ParseError:
+            continue
+    return {"n": n, "in_family": in_family}
 
 
 def family_tools(cfg: TrainConfig, evaluator, coder_model: str):

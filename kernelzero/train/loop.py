@@ -110,9 +110,9 @@ class Loop:
             spec = getattr(self.cfg, attr)
             if spec == "tiny":
                 spec = str(self._tiny(role))
-            elif spec == "shipped" and role == "coder":
-                from kernelzero.coder.shipped import shipped_coder
-                spec = str(shipped_coder())
+            elif spec == "shipped":
+                from kernelzero.models.shipped import shipped_model
+                spec = str(shipped_model(role))
             elif spec == "scratch" and role == "coder":
                 spec = self._cold_start()
             elif spec == "scratch" and role == "proposer":
