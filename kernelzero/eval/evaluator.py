@@ -37,7 +37,8 @@ from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.memory_gate import out_of_memory
 from kernelzero.eval.memory_plan import MemoryPlan
 from kernelzero.eval.judgement import CandidateJudgement, _loading_reason
-from kernelzero.eval.reference import ReferenceRun, StreamedReference, run_reference
+from kernelzero.eval.reference import (WAIT_EXIT_BYTES, ReferenceRun, StreamedReference,
+                                       run_reference)
 from kernelzero.eval.reference_cache import ReferenceCache
 from kernelzero.eval.rulings import worker_status
 from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
@@ -424,10 +425,16 @@ class Evaluator:
                                reason=f"the candidate's outputs could not be read: {e}")
             finally:
                 arena.clear()  # unmapped before the worker is killed
-                self._live.discard(w)
+                grant = judgement.grant if judgement is not None else None
+                big = grant is not None and grant.nbytes >= WAIT_EXIT_BYTES
                 if oracle is not None:
                     self._live.discard(oracle.w)
-                    oracle.close()
+                    oracle.close(wait=big)
+                if big:
+                    w.close(wait=True)  # their memory back before the grant goes
+                self._live.discard(w)
+                if grant is not None:
+                    grant.release()
 
 
 _GERUND = {"load": "loading", "run": "running", "time": "timing"}

@@ -39,15 +39,19 @@ class CandidateJudgement:
         self.phases, self.oracle = phases, oracle
         self.phase = "load"
         self.memory: dict = {}  # Verdict.memory
+        self.grant = None
         self.fp = ref.footprint
         self.slots = 1 if ref.streamed else self.plan.slots(self.fp, len(ref.trials))
 
     def run(self, arena: SharedMappings) -> Verdict:
+        """The verdict; `self.grant`, the memory admitted, is the caller's to release once the
+        workers are gone."""
         cfg, w, phases, ref = self.cfg, self.w, self.phases, self.ref
         checked = len(ref.schedule.checked) if ref.schedule else 0
         t0 = time.perf_counter()
-        grant = self.plan.admit(self.plan.judgement_bytes(self.fp, len(ref.trials), checked,
-                                                          ref.streamed), "judgement")
+        self.grant = grant = self.plan.admit(
+            self.plan.judgement_bytes(self.fp, len(ref.trials), checked, ref.streamed),
+            "judgement")
         self.memory = {"footprint": self.fp.to_dict(), "admitted_bytes": grant.nbytes,
                        "streamed": ref.streamed, "reference_peak_bytes": ref.peak_mem_bytes,
                        "candidate_peak_bytes": 0}
@@ -64,8 +68,6 @@ class CandidateJudgement:
                                       f"streamed task runs both at once): {reason}")
             return Verdict(status="invalid_task", backend=self.backend,
                            reason=f"the reference failed beside the candidate: {reason}")
-        finally:
-            grant.release()
 
     def _run(self) -> Verdict:
         cfg, w, phases, backend = self.cfg, self.w, self.phases, self.backend

@@ -233,11 +233,6 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
             for t, r in zip(trials[n_corr + len(schedule.checked):],
                             results[n_corr + len(schedule.checked):]):
                 run.trials[t] = r
-            if grant is not None:  # what stays: the outputs the judge keeps, held with the run
-                grant.keep(0 if streamed or not cached else
-                           fp.stored_bytes(len(results)))
-                weakref.finalize(run, grant.release)
-                grant = None
             if publish is not None:
                 publish(run)
             if time_it:
@@ -255,6 +250,12 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                                                                  compile_=True, late_counts=False))
                     phases["timing_s"] = time.perf_counter() - t0
             run.log_tail = w.log_tail()
+            if grant is not None:  # what stays: the outputs the judge keeps, held with the run
+                if grant.nbytes >= WAIT_EXIT_BYTES:
+                    w.close(wait=True)  # its memory back before the grant shrinks
+                grant.keep(0 if streamed or not cached else fp.stored_bytes(len(results)))
+                weakref.finalize(run, grant.release)
+                grant = None
             return run
         except WorkerTimeout:
             return ReferenceRun(False, "the reference did not finish within its time limit",
@@ -356,6 +357,11 @@ def _timing(reply: dict) -> Timing | None:
     return Timing.from_samples([float(x) for x in reply["times_ms"]])
 
 
+WAIT_EXIT_BYTES = 8 << 30  # a worker granted this much is gone before its grant is let go
+# (a CUDA context's teardown takes a few hundred ms; memory freed later than the grant would let
+# the next large judgement in too early)
+
+
 class ReferenceFailed(Exception):
     """A streamed task's reference failed beside a candidate (the reason)."""
 
@@ -395,6 +401,6 @@ class StreamedReference:
     def release(self) -> None:
         self._mapped.clear()
 
-    def close(self) -> None:
+    def close(self, wait: bool = False) -> None:
         self.release()
-        self.w.close(wait=False)
+        self.w.close(wait=wait)
