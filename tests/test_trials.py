@@ -92,8 +92,9 @@ def test_chunked_checksum_and_mutation_check_match_the_whole_tensor_ones(monkeyp
 MUTATES = """import torch
 class Model(torch.nn.Module):
     def forward(self, x, idx):
-        if x.numel() > 100:
-            x[3, 5] = -x[3, 5]  # one sign flipped in place: same |x| sum, not the same input
+        if x.numel() > 100:  # two values swapped in place: the same sums, not the same input
+            a, b = x[3, 5].item(), x[7, 9].item()
+            x[3, 5], x[7, 9] = b, a
         return x * 2
 def get_inputs():
     return [torch.randn(64, 33), torch.randint(0, 7, (50,))]
