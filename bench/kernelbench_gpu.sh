@@ -12,15 +12,19 @@
 #                                                      # (KZ_HARNESS: its repository copy)
 #   bash bench/kernelbench_gpu.sh audit   RESULTS_DIR  # tasks audit, Levels 1-2 (KZ_AUDIT_LIMIT)
 #
-# KZ_KB: KernelBench's problems (default ../shared/kernelbench). Level 3 problems 48-49 need
-# einops: put its wheel in .whl/ (it is installed from there when missing).
+# KZ_KB: KernelBench's problems (default: ../shared/kernelbench, shared/kernelbench or
+# third_party/kernelbench, the first that exists). Level 3 problems 48-49 need einops: put its
+# wheel in .whl/ (it is installed from there when missing).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: kernelbench_gpu.sh tests|judge|harness|audit RESULTS_DIR}
 R=${2:?usage: kernelbench_gpu.sh tests|judge|harness|audit RESULTS_DIR}
 mkdir -p "$R" && R=$(cd "$R" && pwd)
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-KB=${KZ_KB:-$PWD/../shared/kernelbench}
+KB=${KZ_KB:-}
+for d in ../shared/kernelbench shared/kernelbench third_party/kernelbench; do
+  [ -z "$KB" ] && [ -d "$d" ] && KB=$(cd "$d" && pwd)
+done
 OUT=bench/results/kernelbench_identity_h200.json
 python3 -c 'import einops' 2>/dev/null || \
   { ls .whl/einops-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .whl/einops-*.whl; }

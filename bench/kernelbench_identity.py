@@ -5,6 +5,7 @@ degenerate-task audit of Levels 1-2. One results file, each part merged into it.
     python bench/kernelbench_identity.py judge --levels 1 2 3 [--limit N] [--budget-s S]
     python bench/kernelbench_identity.py harness --harness DIR   # their eval_kernel_against_ref
     python bench/kernelbench_identity.py audit --levels 1 2 [--limit N]
+    python bench/kernelbench_identity.py plan [--card-gib 140]   # CPU: footprints and the plan
 
 judge: the identity candidates (`class ModelNew(Model): pass`) go through `kernelzero eval
 --tasks KB --samples DIR --policy none` with default settings, a slice at a time (`--limit`
@@ -35,7 +36,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-DEFAULT_KB = ROOT.parent / "shared" / "kernelbench"
+# KernelBench's problems: beside the checkout (../shared), or carried into it (shared/, or the
+# ignored third_party/kernelbench)
+DEFAULT_KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", ROOT / "shared" / "kernelbench",
+                               ROOT / "third_party" / "kernelbench") if p.is_dir()),
+                  ROOT.parent / "shared" / "kernelbench")
 DEFAULT_OUT = ROOT / "bench" / "results" / "kernelbench_identity_h200.json"
 HARNESS_PROBLEMS = [(1, p) for p in range(1, 11)] + [(2, p) for p in range(1, 11)]
 RUN = "identity"
@@ -262,6 +267,72 @@ def cmd_kb_one(args) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- plan
+def cmd_plan(args) -> int:
+    """Every problem's footprint (footprint.measure, in a child process: the problems' code never
+    runs in this one) and what the judge plans for it on a card of --card-gib: kept or streamed,
+    the memory a reference run and a judgement are admitted for. CPU only: no device needed."""
+    from kernelzero.eval import EvalConfig
+    from kernelzero.eval.footprint import Footprint
+    from kernelzero.eval.memory_plan import MemoryPlan
+    from kernelzero.tasks import load_tasks
+    tasks = load_tasks(args.kb, levels=args.levels)
+    child = subprocess.run([sys.executable, __file__, "_measure", "--kb", str(args.kb), "--levels",
+                            *map(str, args.levels)], capture_output=True, text=True, cwd=ROOT)
+    measured = json.loads(child.stdout.strip().splitlines()[-1])
+    cfg = EvalConfig(device="cuda")
+    spares = cfg.spare_pool_size
+    budget_mb = int(args.card_gib * 1024) - cfg.memory_margin_mb - spares * cfg.worker_overhead_mb
+    plan = MemoryPlan(EvalConfig(device="cuda", memory_budget_mb=budget_mb), spares)
+    n = cfg.correctness_trials + 1 + 3 + cfg.timing_checked_calls  # + poke, hardening, re-checks
+    rows, GiB = {}, 2 ** 30
+    for t in tasks:
+        fp = Footprint.from_dict(measured.get(t.key))
+        streamed = plan.streamed(fp, n)
+        rows[t.key] = {"known": fp.known, "fake_forward": bool(fp.forward_bytes),
+                       "input_gib": round(fp.input_bytes / GiB, 3),
+                       "output_gib": round(fp.output_bytes / GiB, 3),
+                       "streamed": streamed,
+                       "reference_gib": round(plan.reference_bytes(fp, n, streamed) / GiB, 2),
+                       "judgement_gib": round(plan.judgement_bytes(
+                           fp, n - cfg.timing_checked_calls, cfg.timing_checked_calls,
+                           streamed) / GiB, 2)}
+    worst = max(rows.items(), key=lambda kv: kv[1]["judgement_gib"])
+    result = {"card_gib": args.card_gib, "budget_gib": round(budget_mb / 1024, 1),
+              "problems": len(rows), "streamed": sum(r["streamed"] for r in rows.values()),
+              "unknown": [k for k, r in rows.items() if not r["known"]],
+              "no_fake_forward": [k for k, r in rows.items() if not r["fake_forward"]],
+              "largest_judgement": {"task": worst[0], **worst[1]},
+              "over_budget": [k for k, r in rows.items()
+                              if r["judgement_gib"] > budget_mb / 1024], "rows": rows}
+    save_results(args.out, "plan", result)
+    print(f"{len(rows)} problems: {result['streamed']} streamed, largest judgement "
+          f"{worst[1]['judgement_gib']} GiB ({worst[0]}) of a {result['budget_gib']} GiB budget; "
+          f"over budget: {result['over_budget']}; footprint unknown: {result['unknown']}")
+    return 0
+
+
+def cmd_measure(args) -> int:
+    """(child of `plan`) every problem's footprint as one JSON line."""
+    import importlib.util
+
+    import torch
+
+    from kernelzero.eval.footprint import measure
+    from kernelzero.tasks import load_tasks
+    out = {}
+    for t in load_tasks(args.kb, levels=args.levels):
+        spec = importlib.util.spec_from_file_location(f"kb_{t.level}_{t.problem_id}", t.path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+            out[t.key] = measure(torch, module).to_dict()
+        except Exception as e:  # noqa: BLE001 - reported as unknown
+            print(f"{t.key}: {type(e).__name__}: {e}", file=sys.stderr)
+    print(json.dumps(out))
+    return 0
+
+
 # ----------------------------------------------------------------------------- audit
 def cmd_audit(args) -> int:
     from concurrent.futures import ThreadPoolExecutor
@@ -321,7 +392,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="part", required=True)
-    for name in ("judge", "harness", "audit", "_kb_one"):
+    for name in ("judge", "harness", "audit", "plan", "_kb_one", "_measure"):
         q = sub.add_parser(name)
         q.add_argument("--kb", type=Path, default=DEFAULT_KB, help="KernelBench's problems")
         q.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the results file")
@@ -339,11 +410,12 @@ def main() -> int:
     sub.choices["_kb_one"].add_argument("--harness", required=True)
     sub.choices["_kb_one"].add_argument("--ref", required=True)
     sub.choices["_kb_one"].add_argument("--cand", required=True)
+    sub.choices["plan"].add_argument("--card-gib", type=float, default=140.0)
     sub.choices["audit"].add_argument("--workers", type=int, default=4)
     sub.choices["audit"].add_argument("--device", choices=["cpu", "cuda"], default=None)
     args = p.parse_args()
-    return {"judge": cmd_judge, "harness": cmd_harness, "audit": cmd_audit,
-            "_kb_one": cmd_kb_one}[args.part](args)
+    return {"judge": cmd_judge, "harness": cmd_harness, "audit": cmd_audit, "plan": cmd_plan,
+            "_kb_one": cmd_kb_one, "_measure": cmd_measure}[args.part](args)
 
 
 if __name__ == "__main__":
