@@ -111,6 +111,16 @@ def _plain_file(p: Path, root: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- worker side
+def mentions(path: str, word: str) -> bool:
+    """Whether a candidate's file names `word` (the wrapper is installed only where it might be
+    used: importing torch's extension machinery costs a quarter of a second)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return word in f.read()
+    except OSError:
+        return False
+
+
 def install_load_inline_cache(build_dir: str) -> None:
     """Wrap `torch.utils.cpp_extension.load_inline` (see the module docstring). Called by the
     worker's `load`, before the candidate is imported."""

@@ -33,7 +33,6 @@ from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.cuda_ipc import SharedMappings
 from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.footprint import gib
-from kernelzero.eval.gpu_lock import gpu_lock_for
 from kernelzero.eval.memory_gate import out_of_memory
 from kernelzero.eval.memory_plan import MemoryPlan
 from kernelzero.eval.judgement import CandidateJudgement, _loading_reason

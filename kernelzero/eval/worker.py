@@ -28,13 +28,14 @@ import time
 import traceback
 
 # Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
-from kernelzero.eval.builds import install_load_inline_cache
+from kernelzero.eval.builds import install_load_inline_cache, mentions
 from kernelzero.eval.failures import classify, one_line
 from kernelzero.eval.library_share import KernelProfile
 from kernelzero.eval.footprint import measure, warm_fake_mode
 from kernelzero.eval.reserve import hand_to_allocator
 from kernelzero.eval.timer import capture_primitives, l2_reset_function, time_calls
 from kernelzero.eval.trials import run_trials
+from kernelzero.eval.warm_libraries import warm_cuda_libraries
 
 _REPLY = None  # file object on the private reply fd
 
@@ -150,7 +151,7 @@ class Worker:
                     self.torch.cuda.init()
                     self.torch.zeros(1, device="cuda")  # the context is made at the first use
                 elif cuda and stage == "libraries":
-                    _warm_cuda_libraries(self.torch)
+                    warm_cuda_libraries(self.torch)
                 elif cuda and stage == "dry_run":
                     self._dry_run(cmd.get("transfer", "ipc"))
                     # EvalConfig.spare_reserve_mb: kept by this process's caching allocator
@@ -209,7 +210,7 @@ class Worker:
         try:
             self.ref = _import_file(cmd["task_path"], "kz_reference")
             if self.role == "candidate":
-                if build_dir and _mentions(cmd["candidate_path"], "cpp_extension"):
+                if build_dir and mentions(cmd["candidate_path"], "cpp_extension"):
                     install_load_inline_cache(build_dir)
                 self.cand = _import_file(cmd["candidate_path"], "kz_candidate")
                 if not hasattr(self.cand, "ModelNew"):
@@ -430,35 +431,6 @@ class Worker:
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": classify(e, "time"), "reason": one_line(e),
                     "detail": traceback.format_exc()[-2000:]}
-
-def _mentions(path: str, word: str) -> bool:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return word in f.read()
-    except OSError:
-        return False
-
-
-def _warm_cuda_libraries(torch) -> None:
-    """One small call of each library a module is likely to use: cuBLAS (fp32, fp16, bf16),
-    cuDNN (convolution), and common elementwise, reduction and normalisation kernels."""
-    F = torch.nn.functional
-    with torch.no_grad():
-        x = torch.randn(64, 64, device="cuda")
-        for dt in (torch.float32, torch.float16, torch.bfloat16):
-            y = x.to(dt)
-            (y @ y).sum()
-            torch.bmm(y[None], y[None])
-        F.linear(x, x, x[0])
-        img = torch.randn(2, 8, 16, 16, device="cuda")
-        F.conv2d(img, torch.randn(8, 8, 3, 3, device="cuda"), padding=1)
-        F.conv1d(img[:, :, 0], torch.randn(8, 8, 3, device="cuda"))
-        F.max_pool2d(img, 2), F.avg_pool2d(img, 2)
-        F.layer_norm(x, (64,)), F.group_norm(img, 2), F.batch_norm(img, None, None, training=True)
-        F.softmax(x, -1), F.log_softmax(x, -1), x.logsumexp(-1)
-        F.relu(x), F.gelu(x), F.silu(x), torch.tanh(x), torch.sigmoid(x)
-        x.sum(0), x.mean(-1), x.amax(-1), x.argmax(-1), x.cumsum(-1)
-
 
 def _network_isolated() -> bool:
     try:
