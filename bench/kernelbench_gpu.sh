@@ -46,9 +46,10 @@ case "$part" in
   judge)
     step identity "${KZ_LIMIT_S:-560}" python3 bench/kernelbench_identity.py judge --kb "$KB" \
       --levels ${KZ_LEVELS:-1 2 3} --limit "${KZ_SLICE:-40}" --budget-s "${KZ_BUDGET_S:-480}" ;;
-  harness)
+  harness)  # KZ_RESUME=1: keep ours and what of theirs is done (a second call)
     step harness "${KZ_LIMIT_S:-560}" python3 bench/kernelbench_identity.py harness --kb "$KB" \
-      --harness "${KZ_HARNESS:?KZ_HARNESS: a copy of the KernelBench repository}" ;;
+      --harness "${KZ_HARNESS:?KZ_HARNESS: a copy of the KernelBench repository}" \
+      ${KZ_RESUME:+--resume} ;;
   audit)
     step audit "${KZ_LIMIT_S:-560}" python3 bench/kernelbench_identity.py audit --kb "$KB" \
       --levels 1 2 --limit "${KZ_AUDIT_LIMIT:-0}" ;;

@@ -205,45 +205,66 @@ def summarise(db: Path, tasks, slices: list) -> dict:
 
 # ----------------------------------------------------------------------------- harness
 def cmd_harness(args) -> int:
-    """Ours and theirs on the same 20 identity candidates, each timed whole."""
+    """Ours and theirs on the same 20 identity candidates, each timed whole. Saved after every
+    problem of theirs; `--resume` keeps ours and what of theirs is done, and runs the rest."""
     from kernelzero.tasks import load_tasks
     by_id = {(t.level, t.problem_id): t for t in load_tasks(args.kb, levels=[1, 2])}
     tasks = [by_id[p] for p in HARNESS_PROBLEMS if p in by_id][: args.limit or None]
     work = Path(args.work) / "harness"
-    shutil.rmtree(work, ignore_errors=True)
-    write_samples(tasks, work / "samples")
-    with DevicePeak() as peak:
-        ours_wall, rc = run_eval(args.kb, work / "samples", work / "ours.db", "harness",
-                                 args.eval_args)
-    ours = verdict_rows(work / "ours.db", "harness")
-    theirs, theirs_wall = {}, 0.0
+    prior = load_results(args.out).get("harness") if args.resume else None
+    if prior is None:
+        shutil.rmtree(work, ignore_errors=True)
+        write_samples(tasks, work / "samples")
+        with DevicePeak() as peak:
+            ours_wall, rc = run_eval(args.kb, work / "samples", work / "ours.db", "harness",
+                                     args.eval_args)
+        prior = {"problems": [t.key for t in tasks], "ours_wall_s": round(ours_wall, 2),
+                 "ours_exit_code": rc, "ours": verdict_rows(work / "ours.db", "harness"),
+                 "device_peak_gib_ours": round(peak.peak / 2**30, 2) if peak.peak else None,
+                 "theirs": {},
+                 "settings": "theirs: eval_kernel_against_ref, 5 correctness trials, 100 timed "
+                             "calls (cuda_event), measure_performance, one process per problem"}
+    result = prior
+    if not (work / "samples").is_dir():  # resumed on a fresh machine
+        write_samples(tasks, work / "samples")
     for t in tasks:
+        if t.key in result["theirs"]:
+            continue
         cand = work / "samples" / sample_name(t.level, t.problem_id)
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, __file__, "_kb_one", "--harness", args.harness,
-                               "--ref", str(t.path), "--cand", str(cand)],
-                              capture_output=True, text=True, timeout=args.timeout_s)
+        try:
+            proc = subprocess.run([sys.executable, __file__, "_kb_one", "--harness", args.harness,
+                                   "--ref", str(t.path), "--cand", str(cand)],
+                                  capture_output=True, text=True, timeout=args.timeout_s)
+            out, err = proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired:
+            out, err = "", f"timed out after {args.timeout_s:g} s"
         wall = time.perf_counter() - t0
-        theirs_wall += wall
-        line = next((x for x in proc.stdout.splitlines()[::-1] if x.startswith("KB-RESULT ")), None)
-        res = json.loads(line[len("KB-RESULT "):]) if line else \
-            {"error": (proc.stderr or proc.stdout)[-400:]}
-        theirs[t.key] = {**res, "wall_s": round(wall, 2)}
+        line = next((x for x in out.splitlines()[::-1] if x.startswith("KB-RESULT ")), None)
+        res = json.loads(line[len("KB-RESULT "):]) if line else {"error": (err or out)[-400:]}
+        result["theirs"][t.key] = {**res, "wall_s": round(wall, 2)}
         print(f"theirs {t.key}: {res.get('correctness')} in {wall:.1f} s", flush=True)
-    false_ours = [k for k, r in ours.items() if r["status"] != "correct"]
-    result = {"problems": [t.key for t in tasks], "ours_wall_s": round(ours_wall, 2),
-              "ours_exit_code": rc, "theirs_wall_s": round(theirs_wall, 2),
-              "ours_over_theirs": round(ours_wall / theirs_wall, 3) if theirs_wall else None,
-              "ours_false_verdicts": false_ours,
-              "theirs_not_correct": [k for k, r in theirs.items() if not r.get("correctness")],
-              "device_peak_gib_ours": round(peak.peak / 2**30, 2) if peak.peak else None,
-              "ours": ours, "theirs": theirs,
-              "settings": "theirs: eval_kernel_against_ref, 5 correctness trials, 100 timed "
-                          "calls (cuda_event), measure_performance, one process per problem"}
+        _harness_totals(result)
+        save_results(args.out, "harness", result)
+    _harness_totals(result)
     save_results(args.out, "harness", result)
-    print(f"ours {ours_wall:.0f} s vs theirs {theirs_wall:.0f} s "
-          f"(ratio {result['ours_over_theirs']}); ours not correct: {false_ours}")
+    print(f"ours {result['ours_wall_s']:.0f} s vs theirs {result['theirs_wall_s']:.0f} s over "
+          f"{len(result['theirs'])} problems (ratio {result['ours_over_theirs']}); ours not "
+          f"correct: {result['ours_false_verdicts']}")
     return 0
+
+
+def _harness_totals(result: dict) -> None:
+    theirs = result["theirs"]
+    wall = sum(r["wall_s"] for r in theirs.values())
+    result["theirs_wall_s"] = round(wall, 2)
+    result["theirs_done"] = len(theirs)
+    complete = len(theirs) == len(result["problems"])
+    result["ours_over_theirs"] = round(result["ours_wall_s"] / wall, 3) if complete and wall \
+        else None
+    result["ours_false_verdicts"] = [k for k, r in result["ours"].items()
+                                     if r["status"] != "correct"]
+    result["theirs_not_correct"] = [k for k, r in theirs.items() if not r.get("correctness")]
 
 
 def cmd_kb_one(args) -> int:
@@ -406,7 +427,9 @@ def main() -> int:
                                       help="no new slice once this much wall time has gone")
     sub.choices["harness"].add_argument("--harness", required=True,
                                         help="a copy of the KernelBench repository")
-    sub.choices["harness"].add_argument("--timeout-s", type=float, default=600)
+    sub.choices["harness"].add_argument("--timeout-s", type=float, default=300)
+    sub.choices["harness"].add_argument("--resume", action="store_true",
+                                        help="keep ours and theirs done so far; run the rest")
     sub.choices["_kb_one"].add_argument("--harness", required=True)
     sub.choices["_kb_one"].add_argument("--ref", required=True)
     sub.choices["_kb_one"].add_argument("--cand", required=True)
