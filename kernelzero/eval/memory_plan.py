@@ -30,6 +30,13 @@ class MemoryPlan:
         self._measured = False
         self.gate = MemoryGate(None, reclaim)
 
+    def measures(self) -> bool:
+        """Whether reference loads measure the task's footprint (footprint.measure: FakeTensorMode
+        costs 0.3-3 s a process): on cuda, or on the CPU where a budget or a store limit asks."""
+        c = self.cfg
+        return c.device == "cuda" or c.memory_budget_mb is not None \
+            or c.reference_store_mb is not None
+
     def admit(self, nbytes: int, what: str) -> Grant:
         """A grant of `nbytes` from the gate, whose capacity is the budget (read at first use)."""
         if self.gate.capacity is None:

@@ -167,7 +167,8 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
     grant = None
     with w.released():
         try:
-            info = load_module(w, task_source, cfg, init_seed, footprint=plan is not None)
+            info = load_module(w, task_source, cfg, init_seed,
+                               footprint=plan is not None and plan.measures())
             if not info.get("ok"):
                 what = "build" if info.get("phase") == "init" else "load"  # construct: "init"
                 return ReferenceRun(False, f"the reference failed to {what}: {info.get('reason')}",
