@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 24 on one GPU: KernelBench at its real sizes. Each step has its own time limit and log
 # under RESULTS_DIR; the results file (bench/results/kernelbench_identity_h200.json) is rewritten
-# after every slice, and a copy goes to RESULTS_DIR. Everything is resumable: run the same part
-# again (a fresh machine too, if runs/kb_identity is carried) and it goes on where it stopped.
+# after every slice, and a copy goes to RESULTS_DIR with runs/kb_identity (store, samples, audit
+# log). Everything is resumable: run the same part again (on a fresh machine, with that folder
+# carried back as runs/kb_identity and the results file in place) and it goes on where it stopped.
 #
 #   bash bench/kernelbench_gpu.sh tests   RESULTS_DIR  # GPU tests: half the card beside others,
 #                                                      # a streamed task, CUDA build reuse (~2 min)
@@ -25,7 +26,7 @@ KB=${KZ_KB:-}
 for d in ../shared/kernelbench shared/kernelbench third_party/kernelbench; do
   [ -z "$KB" ] && [ -d "$d" ] && KB=$(cd "$d" && pwd)
 done
-OUT=bench/results/kernelbench_identity_h200.json
+RESULTS_FILE=bench/results/kernelbench_identity_h200.json
 python3 -c 'import einops' 2>/dev/null || \
   { ls .whl/einops-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .whl/einops-*.whl; }
 
@@ -36,7 +37,9 @@ step() {  # step NAME LIMIT_S COMMAND...
   timeout --signal=INT --kill-after=20 "$limit" "$@" > "$R/$name.log" 2>&1
   echo "--- $name: rc=$? in $(( $(date +%s) - t0 ))s" | tee -a "$R/summary.txt"
   tail -n 6 "$R/$name.log" | sed 's/^/    /' | tee -a "$R/summary.txt"
-  cp -f "$OUT" "$R/" 2>/dev/null
+  cp -f "$RESULTS_FILE" "$R/" 2>/dev/null
+  # the store, samples and audit log: carry them back as runs/kb_identity to resume elsewhere
+  [ -d runs/kb_identity ] && rm -rf "$R/kb_identity" && cp -r runs/kb_identity "$R/kb_identity"
 }
 
 case "$part" in

@@ -123,6 +123,10 @@ def test_the_plan_streams_tasks_too_large_to_keep_and_sizes_requests():
         plan.judgement_bytes(huge, 9, 3, streamed=False) - huge.stored_bytes(12)
     assert plan.reference_bytes(small, 12, False) >= small.stored_bytes(12)
     assert MemoryPlan(EvalConfig()).budget_bytes() is None  # no limit on the CPU
+    gpu = MemoryPlan(EvalConfig(device="cuda", memory_budget_mb=100 * 1024))
+    assert gpu.reserve_bytes(small, 8 * GiB) == 6 * (64 << 20)  # its trials' memory, early
+    assert gpu.reserve_bytes(small, 100 << 20) == 100 << 20      # at most what was granted
+    assert gpu.reserve_bytes(huge, 100 * GiB) == 0  # inputs over the cap: no reserve at all
     assert MemoryPlan(EvalConfig(memory_budget_mb=8192)).store_limit() == GiB
 
 

@@ -120,5 +120,8 @@ class MemoryPlan:
         cfg = self.cfg
         if not cfg.load_reserve_factor or cfg.device != "cuda":
             return 0
+        cap = min(cfg.load_reserve_max_mb * MiB, granted)
+        if fp.input_bytes > cap:  # the inputs could not come from it: it would only add to them
+            return 0
         want = int(cfg.load_reserve_factor * fp.input_bytes) + fp.weight_bytes
-        return min(want, cfg.load_reserve_max_mb * MiB, granted)
+        return min(want, cap)
