@@ -137,3 +137,23 @@ def test_check_trials_rules_on_the_first_failing_trial():
     v = check_trials(cfg, [(upd, trial(r, mutated=[0], after=[_out(r)]), "trial 1")], "triton")
     assert v.status == "incorrect" and "in-place updated input" in v.reason
     assert check_trials(cfg, [(upd, trial(r, mutated=[0], after=[_out(r + 1)]), "t")], "triton")
+
+
+def test_chunked_comparison_gives_the_whole_tensor_figures(monkeypatch):
+    """Large outputs are compared CHUNK elements at a time (no scratch the size of an output):
+    the figures, the failure and its first index are those of one whole-tensor pass."""
+    from kernelzero.eval import compare
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(1000, generator=g) * 3
+    r[500] = float("nan")
+    c = r + torch.randn(1000, generator=g) * 1e-5
+    c[617] += 1.0  # the only value over the tolerance, in a late chunk
+    c[500] = float("nan")
+    whole_ok, whole_bad = _cmp(r[:400], c[:400]), _cmp(r, c)
+    monkeypatch.setattr(compare, "CHUNK", 64)
+    ok, bad = _cmp(r[:400], c[:400]), _cmp(r, c)
+    assert ok.ok and whole_ok.ok
+    assert math.isclose(ok.max_abs_err, whole_ok.max_abs_err, rel_tol=1e-6)
+    assert math.isclose(ok.max_rel_err, whole_ok.max_rel_err, rel_tol=1e-6)
+    assert not bad.ok and bad.reason == whole_bad.reason
+    assert "1 of 1000 values" in bad.reason and "first at flat index 616" in bad.reason

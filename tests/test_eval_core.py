@@ -196,7 +196,7 @@ def test_verdict_fields(verdicts):
                 "max_rel_err", "runtime_ms", "ref_runtime_ms", "speedup", "speedup_compile",
                 "hashes", "env"):
         assert key in d
-    assert d["trials"] == {"run": 8, "passed": 8}  # 5 task-distribution + 3 hardening trials
+    assert d["trials"] == {"run": 9, "passed": 9}  # 5 task-distribution, 1 poked, 3 hardening
     assert d["runtime_ms"] is None and d["speedup"] is None  # CPU: never invent a timing
     assert d["backend"] == "triton" and d["device"] == "cpu"
     assert d["hashes"]["task"] == RELU.hash and d["env"]["torch"]

@@ -107,3 +107,37 @@ def test_prefetch_stays_within_the_bound_and_stops():
     th.join(timeout=0.3)
     assert not th.is_alive()
     ref.timing_may_end.set()
+
+
+def test_reclaim_drops_what_no_pending_candidate_needs_and_force_drops_the_rest():
+    ref = FakeReference()
+    ref.timing_may_end.set()
+    cache = ReferenceCache(ref, capacity=8)
+    needed, unneeded = _task(1), _task(2)
+    cache.expect(needed.hash)
+    for t in (needed, unneeded):
+        cache.get(t).complete()
+    cache.reclaim()
+    assert len(cache) == 1 and cache.get(needed) is not None and ref.calls.count(needed.hash) == 1
+    cache.reclaim(force=True)  # nothing in flight would free memory: even a pending task's goes
+    assert len(cache) == 0
+    cache.get(needed).complete()
+    assert ref.calls.count(needed.hash) == 2  # its candidate computes it again
+
+
+def test_clear_keeps_one_task_and_restart_replaces_a_run_in_progress():
+    ref = FakeReference()
+    cache = ReferenceCache(ref, capacity=8)
+    ref.timing_may_end.set()
+    a, b = _task(1), _task(2)
+    cache.get(a).complete()
+    cache.get(b).complete()
+    cache.clear(keep=a.hash)
+    assert len(cache) == 1 and cache.restart(a) is cache.get(a)  # finished and fine: kept
+    ref.timing_may_end.clear()
+    slow = cache.get(b)
+    slow.outputs()
+    fresh = cache.restart(b)  # still timing: a new run in the caller's context replaces it
+    assert fresh is not slow and ref.calls.count(b.hash) == 3
+    ref.timing_may_end.set()
+    assert fresh.complete().ok

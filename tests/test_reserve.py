@@ -1,13 +1,10 @@
-"""The memory a worker reserves while loading (reserve.py): sized from the task's `get_inputs`
-under FakeTensorMode without computing anything, and, on a GPU, used by the trials instead of
-new `cudaMalloc` calls."""
-import random
+"""The memory a worker reserves once admitted (reserve.py, the `reserve` command): on a GPU, used
+by the trials instead of new `cudaMalloc` calls."""
 
 import pytest
 import torch
 
 from kernelzero.eval import EvalConfig
-from kernelzero.eval.reserve import input_bytes, weight_bytes
 from kernelzero.eval.worker import Worker
 
 TASK = """import torch
@@ -24,64 +21,37 @@ def get_init_inputs():
 """
 
 
-def test_input_bytes_counts_tensor_inputs_without_computing_them():
-    def get_inputs():  # 4 GB of fp32 if it were real: only shapes are made
-        return [torch.randn(1 << 20, 1024), torch.randint(0, 9, (10,), dtype=torch.int16), 7]
-    assert input_bytes(torch, get_inputs, "cpu") == (1 << 30) * 4 + 20
-    # a device named inside get_inputs is faked too (this machine may have no GPU at all)
-    assert input_bytes(torch, lambda: [torch.ones(8, device="cuda")], "cpu") == 32
-
-
-def test_input_bytes_is_zero_when_get_inputs_reads_values_and_never_raises():
-    def reads_values():
-        x = torch.randn(4)
-        return [torch.zeros(int(x.abs().sum().item()) + 1)]
-
-    def exits():
-        raise SystemExit(3)
-    assert input_bytes(torch, reads_values, "cpu") == 0
-    assert input_bytes(torch, exits, "cpu") == 0
-
-
-def test_input_bytes_leaves_python_random_state_alone():
-    random.seed(5)
-    expected = random.random()
-    random.seed(5)
-    input_bytes(torch, lambda: [torch.randn(random.randint(1, 9))], "cpu")
-    assert random.random() == expected
-
-
-def test_weight_bytes_and_config():
-    assert weight_bytes(torch, torch.nn.Linear(4, 2)) == (8 + 2) * 4
-    assert weight_bytes(torch, lambda x: x) == 0
+def test_config():
     cfg = EvalConfig(load_reserve_factor=2.5, load_reserve_max_mb=10)
-    assert cfg.load_options() == {"reserve_factor": 2.5, "reserve_max_bytes": 10 << 20,
-                                  "ipc_pool": True, "ipc_min_bytes": 2 << 20, "ipc_arena": True}
+    assert cfg.load_options() == {"ipc_pool": True, "ipc_min_bytes": 2 << 20, "ipc_arena": True}
     assert EvalConfig(ipc_output_pool=False).load_options()["ipc_pool"] is False
     for bad in ({"load_reserve_factor": -1}, {"load_reserve_max_mb": -1}, {"ipc_min_bytes": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             EvalConfig(**bad)
 
 
-def _load(tmp_path, device, **reserve):
+def _load(tmp_path, device, reserve_bytes=0, **options):
     (tmp_path / "task.py").write_text(TASK)
     w = Worker()
     w.out_dir = str(tmp_path)
     reply = w.load({"device": device, "role": "reference", "task_path": str(tmp_path / "task.py"),
-                    "init_seed": 0, **reserve})
+                    "init_seed": 0, **options})
+    if reserve_bytes and reply.get("ok"):
+        reply.update(w.reserve({"bytes": reserve_bytes}))
     return w, reply
 
 
 def test_no_reserve_on_the_cpu(tmp_path):
-    _, reply = _load(tmp_path, "cpu", reserve_factor=4.0, reserve_max_bytes=0)
+    w, reply = _load(tmp_path, "cpu")
     assert reply == {"ok": True}
+    assert w.reserve({"bytes": 1 << 20}) == {"ok": True, "reserved_bytes": 0}
 
 
-def test_a_reserve_that_fails_never_fails_the_load(tmp_path, monkeypatch):
+def test_a_reserve_that_fails_never_fails(tmp_path, monkeypatch):
     # as on a GPU whose context the candidate's import broke: no CUDA call works here
     monkeypatch.setattr(Worker, "_cuda_ready", lambda self: True)
-    _, reply = _load(tmp_path, "cpu", reserve_factor=4.0, reserve_max_bytes=0)
-    assert reply == {"ok": True, "reserved_bytes": 0}
+    w, reply = _load(tmp_path, "cpu")
+    assert w.reserve({"bytes": 1 << 20}) == {"ok": True, "reserved_bytes": 0}
 
 
 @pytest.mark.gpu
@@ -90,9 +60,9 @@ def test_the_trials_allocate_from_the_reserve_not_from_the_driver(tmp_path):
     torch.zeros(1, device="cuda")  # a warmed spare's context
     torch.cuda.empty_cache()
     segments = torch.cuda.memory_stats().get("segment.large_pool.allocated", 0)
-    w, reply = _load(tmp_path, "cuda", reserve_factor=8.0, reserve_max_bytes=0)
     inputs = 2 * 2048 * 1024 * 4
-    assert reply["ok"] and reply["reserved_bytes"] == 8 * inputs + (1024 * 1024 + 1024) * 4
+    w, reply = _load(tmp_path, "cuda", reserve_bytes=8 * inputs)
+    assert reply["ok"] and reply["reserved_bytes"] == 8 * inputs
     assert torch.cuda.max_memory_allocated() < reply["reserved_bytes"]  # peak stats were reset
     after_reserve = torch.cuda.memory_stats()["segment.large_pool.allocated"]
     assert after_reserve == segments + 1
@@ -100,9 +70,6 @@ def test_the_trials_allocate_from_the_reserve_not_from_the_driver(tmp_path):
     out = w.run({"trials": [{"seed": 1}, {"seed": 2}, {"seed": 3}]})
     assert out["ok"], out
     assert torch.cuda.memory_stats()["segment.large_pool.allocated"] == after_reserve
-    # capped: never more than reserve_max_bytes
-    _, capped = _load(tmp_path, "cuda", reserve_factor=4.0, reserve_max_bytes=1 << 20)
-    assert capped["reserved_bytes"] == 1 << 20
 
 
 @pytest.mark.gpu
@@ -113,7 +80,7 @@ def test_shared_outputs_get_allocations_of_their_own(tmp_path, ipc_pool):
     cut from the reserve and the judge would map all of it."""
     torch.cuda.init()
     torch.zeros(1, device="cuda")
-    w, reply = _load(tmp_path, "cuda", reserve_factor=8.0, reserve_max_bytes=0, transfer="ipc",
+    w, reply = _load(tmp_path, "cuda", reserve_bytes=128 << 20, transfer="ipc",
                      ipc_pool=ipc_pool)
     assert reply["ok"] and reply["reserved_bytes"] > 64 << 20
     assert w.build({"init_seed": 0})["ok"]

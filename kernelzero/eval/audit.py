@@ -22,7 +22,9 @@ The wrapper renames the task's `Model` (so `super(Model, self)` keeps working) a
 `Model` whose forward calls the original on the real inputs, again on fresh copies of them (the
 determinism check, with the RNG advanced in between), on a deep copy with perturbed parameters,
 on a copy built under another init seed, and once per input with that input permuted and scaled.
-Outputs above KEEP elements come back as a fixed sample (same positions everywhere).
+Outputs and inputs above KEEP elements come back as a fixed sample (same positions everywhere),
+and the wrapper holds one call's outputs at a time: the probe's memory is the task's inputs, two
+copies of them and one call (admitted for it like any reference run, evaluator.py).
 `audit_many` runs several wrapped tasks as one bundle module: one sandbox start for all.
 Everything runs in the evaluator's sandbox; nothing of the task is imported here.
 
@@ -44,18 +46,13 @@ CODES = ("probe_failed", "non_finite", "nondeterministic", "zeros", "constant", 
          "seed_independent", "ignores_input", "ignores_weights", "small_output", "weights_constant")
 
 _ORIG = "_KZAuditOriginalModel"
-# Outputs larger than this come back as a fixed sample of KEEP elements (the same positions in
-# every section), so GPU-sized tasks do not ship gigabytes per probe; checks use the sample.
+# Outputs and inputs larger than this come back as a fixed sample of KEEP elements (the same
+# positions in every section), so GPU-sized tasks do not ship gigabytes per probe, and the judge
+# never holds a whole input or output; checks use the samples.
 KEEP = 1 << 18
-_PRIME = 1000003
 
 
-def _pick(t: torch.Tensor) -> torch.Tensor:
-    """The wrapper's element sample, reproduced here (for comparing inputs with outputs)."""
-    t = t.reshape(-1)
-    if t.numel() <= KEEP:
-        return t
-    return t[(torch.arange(KEEP, dtype=torch.int64) * _PRIME) % t.numel()]
+
 _WRAPPER = '''
 
 # ---- appended by kernelzero.eval.audit: the audit wrapper --------------------------------------
@@ -126,6 +123,7 @@ class Model(_kz_torch.nn.Module):
         out1 = [_kz_pick(t) for t in leaves]
         res = [T.tensor([len(out1), len(spare)])]
         res += [T.tensor([t.dim()] + list(t.shape)) for t in leaves] + out1
+        del leaves  # from here on one call's outputs at a time
         res += _kz_flat(self.kz_ref(*fresh()))
         for extra in (self.kz_alt, self.kz_seeded):
             if extra is None:
@@ -139,7 +137,14 @@ class Model(_kz_torch.nn.Module):
             else:
                 xs = fresh()
                 xs[i] = varied
+                del varied
                 res += [T.ones(1)] + _kz_flat(self.kz_ref(*xs))
+                del xs
+        for a in spare:  # the inputs, as samples: the judge never holds a whole input
+            if isinstance(a, T.Tensor):
+                res += [T.tensor([1, a.dim()] + list(a.shape)), _kz_pick(a)]
+            else:
+                res += [T.tensor([0]), T.zeros(1)]
         return tuple(res)
 '''.replace("_ORIG", _ORIG).replace("_KZ_KEEP", str(KEEP))
 
@@ -246,7 +251,9 @@ def _tolerance(evaluator, dtype: torch.dtype, override):
 
 
 def _split(flat: list) -> dict:
-    """Undo the wrapper's layout: header [k, n_inputs], k shapes, then sections of k outputs."""
+    """Undo the wrapper's layout: header [k, n_inputs], k shapes, then sections of k outputs,
+    then per input its header [is_tensor, dim, *shape] and sample (`inputs_seen`: (shape,
+    sample) or None for a non-tensor input)."""
     k, n_in = (int(v) for v in flat[0].tolist())
     pos = 1
 
@@ -265,6 +272,11 @@ def _split(flat: list) -> dict:
     for _ in range(n_in):
         flag, part = bool(take(1)[0].item()), take(k)
         out["inputs"].append(part if flag else None)
+    out["inputs_seen"] = []
+    for _ in range(n_in):
+        head, sample = take(2)
+        head = [int(v) for v in head.tolist()]
+        out["inputs_seen"].append((tuple(head[2:2 + head[1]]), sample) if head[0] else None)
     if pos != len(flat):
         raise ValueError(f"{len(flat) - pos} unexpected trailing outputs")
     return out
@@ -288,12 +300,11 @@ def audit_task(evaluator, task: Task, seeds: tuple[int, int] = (1234, 5678),
         variant = Task.from_source(wrapped_source(task.source), name=f"{task.name}_audit")
     except SyntaxError as e:
         return AuditResult(False, [f"probe_failed: the reference does not parse: {e.msg}"])
-    probe = evaluator.probe_reference(variant, seeds=list(seeds), init_seed=init_seed,
-                                      return_inputs=True, time=False)
+    probe = evaluator.probe_reference(variant, seeds=list(seeds), init_seed=init_seed, time=False)
     if not probe.ok:
         return AuditResult(False, [f"probe_failed: {probe.reason}"])
-    return _judge(evaluator, probe.outputs, probe.inputs, probe.mutated_inputs,
-                  probe.peak_mem_bytes, seeds, tolerance, min_significant, strict_weights)
+    return _judge(evaluator, probe.outputs, probe.mutated_inputs, probe.peak_mem_bytes, seeds,
+                  tolerance, min_significant, strict_weights)
 
 
 def audit_many(evaluator, tasks: list[Task], seeds: tuple[int, int] = (1234, 5678),
@@ -315,46 +326,36 @@ def audit_many(evaluator, tasks: list[Task], seeds: tuple[int, int] = (1234, 567
     except SyntaxError:
         return [single(t) for t in tasks]
     bundle = Task.from_source(_BUNDLE.replace("_KZ_MEMBERS", repr(members)), name="audit_bundle")
-    probe = evaluator.probe_reference(bundle, seeds=list(seeds), init_seed=init_seed,
-                                      return_inputs=True, time=False)
+    probe = evaluator.probe_reference(bundle, seeds=list(seeds), init_seed=init_seed, time=False)
     if not probe.ok:
         return [single(t) for t in tasks]
     try:
-        parts = [_unbundle(o, ins) for o, ins in zip(probe.outputs, probe.inputs)]
+        parts = [_unbundle(o) for o in probe.outputs]
     except (IndexError, ValueError, TypeError, RuntimeError):
         return [single(t) for t in tasks]
-    out = []
-    for i in range(len(tasks)):
-        outs = [p[i][0] for p in parts]
-        ins = [p[i][1] for p in parts]
-        out.append(_judge(evaluator, outs, ins, [], None, seeds, tolerance, min_significant,
-                          strict_weights))
-    return out
+    return [_judge(evaluator, [p[i] for p in parts], [], None, seeds, tolerance,
+                   min_significant, strict_weights) for i in range(len(tasks))]
 
 
-def _unbundle(flat: list, inputs: list) -> list[tuple[list, list]]:
-    """Bundle outputs -> per member (its wrapped outputs, its inputs)."""
-    members, pos, ipos = [], 0, 0
+def _unbundle(flat: list) -> list[list]:
+    """Bundle outputs -> per member, its wrapped outputs."""
+    members, pos = [], 0
     while pos < len(flat):
         n = int(flat[pos].item())
-        chunk = flat[pos + 1:pos + 1 + n]
-        n_in = int(chunk[0].tolist()[1])
-        members.append((chunk, inputs[ipos:ipos + n_in]))
+        members.append(flat[pos + 1:pos + 1 + n])
         pos += 1 + n
-        ipos += n_in
-    if ipos != len(inputs):
-        raise ValueError("bundle inputs do not add up")
     return members
 
 
-def _judge(evaluator, outputs, inputs, mutated, peak, seeds, tolerance, min_significant,
+def _judge(evaluator, outputs, mutated, peak, seeds, tolerance, min_significant,
            strict_weights) -> AuditResult:
-    """The checks, on the wrapped outputs and the inputs of each seed."""
+    """The checks, on the wrapped outputs of each seed (with its inputs' samples)."""
     try:
         runs = [_split(o) for o in outputs]
     except (IndexError, ValueError, TypeError, RuntimeError) as e:
         return AuditResult(False, [f"probe_failed: unexpected wrapped outputs ({e})"])
-    probe = SimpleNamespace(inputs=inputs, mutated_inputs=mutated, peak_mem_bytes=peak)
+    probe = SimpleNamespace(inputs=[r["inputs_seen"] for r in runs], mutated_inputs=mutated,
+                            peak_mem_bytes=peak)
     tol = (lambda r: _tolerance(evaluator, r.dtype, tolerance))
     reasons: list[str] = []
     warnings: list[str] = []
@@ -370,10 +371,10 @@ def _judge(evaluator, outputs, inputs, mutated, peak, seeds, tolerance, min_sign
                "output_dtypes": [str(o.dtype).removeprefix("torch.") for o in outs[0]],
                "output_bytes": sum(math.prod(sh) * o.element_size()
                                    for sh, o in zip(runs[0]["shapes"], outs[0])),
-               "input_shapes": [list(x.shape) if isinstance(x, torch.Tensor) else repr(x)
+               "input_shapes": [list(x[0]) if x is not None else "non-tensor"
                                 for x in probe.inputs[0]],
-               "input_bytes": sum(x.numel() * x.element_size() for x in probe.inputs[0]
-                                  if isinstance(x, torch.Tensor)),
+               "input_bytes": sum(math.prod(x[0]) * x[1].element_size() for x in probe.inputs[0]
+                                  if x is not None),
                "mutated_inputs": probe.mutated_inputs, "peak_mem_bytes": probe.peak_mem_bytes}
     if not outs[0]:
         return AuditResult(False, ["probe_failed: the reference returned no tensor"], details)
@@ -399,9 +400,8 @@ def _judge(evaluator, outputs, inputs, mutated, peak, seeds, tolerance, min_sign
             elif share < min_significant:
                 flag("small_output", f"only {share:.1%} of output {j}'s values exceed atol={atol:g}")
         for i, x in enumerate(probe.inputs[0]):
-            if (isinstance(x, torch.Tensor) and x.dtype == o.dtype
-                    and tuple(x.shape) == runs[0]["shapes"][j]
-                    and all(would_pass(_pick(inp[i]), r["out"][j], *tol(o))
+            if (x is not None and x[1].dtype == o.dtype and x[0] == runs[0]["shapes"][j]
+                    and all(inp[i] is not None and would_pass(inp[i][1], r["out"][j], *tol(o))
                             for inp, r in zip(probe.inputs, runs))):
                 flag("identity", f"returning input {i} unchanged would pass for output {j}")
     if _all_pass(runs[0]["out"], runs[1]["out"], tol):

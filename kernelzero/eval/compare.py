@@ -171,55 +171,44 @@ class _ExactStep:
 
 
 class _CloseStep:
-    """Float and complex outputs: whether both sides are finite (max propagates NaN and Inf) and
-    the error figures, queued on the tensors' device and read with the others; the error
-    figures are only used when both are finite (else recomputed on the finite positions)."""
+    """Float and complex outputs: whether both sides are finite and the error figures, queued
+    on the tensors' device and read with the others; the error figures are only used when
+    both are finite (else recomputed on the finite positions). Computed in chunks of
+    CHUNK elements, so the scratch stays small beside outputs of gigabytes."""
 
     def __init__(self, r, c, where, tol):
-        # float32 arithmetic is exact enough to judge tolerances >= 1e-7 and several times
-        # faster than float64 on large outputs; float64/complex outputs keep their precision.
-        wide = torch.float64 if r.dtype == torch.float64 else torch.float32
-        if r.is_complex():
-            r_, c_ = torch.view_as_real(r).to(wide), torch.view_as_real(c).to(wide)
-        else:
-            r_, c_ = r.to(wide), c.to(wide)
-        self.r, self.r_, self.c_, self.where, self.wide = r, r_, c_, where, wide
+        self.r, self.c, self.where = r, c, where
         self.atol, self.rtol = tol(str(r.dtype).removeprefix("torch."))
-        finite = torch.stack([r_.abs().amax(), c_.abs().amax()]).isfinite().to(wide)
-        self.figures = torch.cat([finite, _error_figures(r_, c_, self.atol, self.rtol)])
+        self.figures = _error_figures(r, c, self.atol, self.rtol)
 
     def finish(self, res: Comparison) -> None:
         try:
             return self._finish(res)
         except torch.OutOfMemoryError:  # the slow paths below allocate: judged on host copies
             torch.cuda.empty_cache()
-        self.r_, self.c_ = self.r_.cpu(), self.c_.cpu()
+        self.r, self.c = self.r.cpu(), self.c.cpu()
         self._finish(res)
 
     def _finish(self, res: Comparison) -> None:
-        r_, c_, where, rtol = self.r_, self.c_, self.where, self.rtol
+        r, c, where, rtol = self.r, self.c, self.where, self.rtol
         all_fin, c_all_fin, *figures = self.values
-        if not all_fin or not c_all_fin:
-            r_fin, c_fin = torch.isfinite(r_), torch.isfinite(c_)
-            bad_fin = r_fin & ~c_fin
-            if bool(bad_fin.any()):
-                return _fail(res, f"{where} has {int(bad_fin.sum())} NaN/Inf values where the "
+        finite_only = not all_fin or not c_all_fin
+        if finite_only:
+            bad_fin, differs = _non_finite_report(r, c)
+            if bad_fin:
+                return _fail(res, f"{where} has {bad_fin} NaN/Inf values where the "
                                   "reference is finite", "non_finite")
             # Non-finite reference positions must be matched exactly (same NaN / same signed Inf).
-            nf = ~r_fin
-            same = (torch.isnan(r_) & torch.isnan(c_)) | (r_ == c_)
-            if not bool(same[nf].all()):
+            if differs:
                 return _fail(res, f"{where} differs where the reference is NaN/Inf",
                              "value_mismatch")
-            r_, c_ = r_[r_fin], c_[r_fin]
-            figures = _error_figures(r_, c_, self.atol, rtol).tolist()
+            figures = _error_figures(r, c, self.atol, rtol, finite_only=True).tolist()[2:]
         atol, max_abs, excess, ref_norm, err_norm, max_rel = figures
         res.max_abs_err = max(res.max_abs_err, max_abs)
         res.max_rel_err = max(res.max_rel_err, max_rel)
-        if excess > 0:
-            bad = (c_ - r_).abs_() > r_.abs().mul_(rtol).add_(atol)  # slow path: only on failure
-            idx = int(torch.nonzero(bad.reshape(-1))[0])
-            return _fail(res, f"{where}: {int(bad.sum())} of {self.r.numel()} values exceed the "
+        if excess > 0:  # slow path: only on failure
+            n_bad, idx = _excess_report(r, c, atol, rtol, finite_only)
+            return _fail(res, f"{where}: {n_bad} of {self.r.numel()} values exceed the "
                               f"tolerance (max abs err {max_abs:.3g}, atol {atol:g}, rtol "
                               f"{rtol:g}; first at flat index {idx})", "value_mismatch")
         if ref_norm > 0:
@@ -228,6 +217,89 @@ class _CloseStep:
                 _fail(res, f"{where}: relative error norm {rel_norm:.3g} exceeds {rtol:g} "
                            "(the output is wrong relative to the reference's magnitude)",
                       "relative_norm_mismatch")
+
+
+CHUNK = 1 << 25  # elements compared at a time (the scratch: a few float32 tensors of this size)
+
+
+def _chunks(r, c, finite_only: bool = False):
+    """(r, c) chunk pairs of the flattened outputs in the arithmetic the errors are computed
+    in: float32 arithmetic is exact enough to judge tolerances >= 1e-7 and several times faster
+    than float64 on large outputs; float64 and complex outputs keep their precision (complex
+    as real pairs). `finite_only`: only the positions where the reference is finite."""
+    wide = torch.float64 if r.dtype in (torch.float64, torch.complex128) else torch.float32
+    rf, cf = r.reshape(-1), c.reshape(-1)
+    for i in range(0, rf.numel(), CHUNK):
+        rc, cc = rf[i:i + CHUNK], cf[i:i + CHUNK]
+        if rc.is_complex():
+            rc, cc = torch.view_as_real(rc).reshape(-1), torch.view_as_real(cc).reshape(-1)
+        rc, cc = rc.to(wide), cc.to(wide)
+        if finite_only:
+            keep = torch.isfinite(rc)
+            rc, cc = rc[keep], cc[keep]
+        yield rc, cc
+
+
+def _error_figures(r, c, atol: float, rtol: float, finite_only: bool = False):
+    """(r finite, c finite, scaled atol, max abs err, worst excess over the tolerance, ||r||,
+    ||c - r||, max rel err) as one tensor on the device. atol is relative to the output's
+    scale once that exceeds 1 (its RMS): rounding errors of legitimate kernels grow with the
+    magnitudes involved (long dot products, heavy-tailed inputs). Two passes over the chunks:
+    the scale first, then the errors against it."""
+    dev = r.device
+    norms, n, fin = [], 0, []
+    for rc, cc in _chunks(r, c, finite_only):
+        norms.append(torch.linalg.vector_norm(rc))
+        n += rc.numel()
+        if rc.numel():  # max propagates NaN and Inf
+            fin.append(torch.stack([rc.abs().amax(), cc.abs().amax()]))
+    wide = torch.float64 if r.dtype in (torch.float64, torch.complex128) else torch.float32
+    finite = (torch.stack(fin).amax(0).isfinite() if fin
+              else torch.ones(2, dtype=torch.bool, device=dev)).to(wide)
+    if not n:
+        return torch.cat([finite, torch.tensor([atol, 0.0, -1.0, 0.0, 0.0, 0.0], dtype=wide,
+                                               device=dev)])
+    atol_t = (torch.linalg.vector_norm(torch.stack(norms)) / n ** 0.5).clamp_min(1.0) * atol
+    parts = []
+    for rc, cc in _chunks(r, c, finite_only):
+        if not rc.numel():
+            continue
+        diff = (cc - rc).abs_()
+        mag = rc.abs()
+        parts.append(torch.stack([diff.amax(), torch.sub(diff, mag, alpha=rtol).amax(),
+                                  torch.linalg.vector_norm(mag), torch.linalg.vector_norm(diff),
+                                  diff.div_(mag.clamp_min_(atol_t)).amax()]))
+    p = torch.stack(parts)
+    return torch.cat([finite, torch.stack([
+        atol_t, p[:, 0].amax(), p[:, 1].amax() - atol_t, torch.linalg.vector_norm(p[:, 2]),
+        torch.linalg.vector_norm(p[:, 3]), p[:, 4].amax()])])
+
+
+def _non_finite_report(r, c) -> tuple[int, bool]:
+    """(values NaN/Inf where the reference is finite, whether any non-finite reference value
+    is not matched exactly), chunk by chunk."""
+    bad, differs = 0, False
+    for rc, cc in _chunks(r, c):
+        r_fin = torch.isfinite(rc)
+        bad += int((r_fin & ~torch.isfinite(cc)).sum())
+        nf = ~r_fin
+        if bool(nf.any()):
+            same = (torch.isnan(rc) & torch.isnan(cc)) | (rc == cc)
+            differs = differs or not bool(same[nf].all())
+    return bad, differs
+
+
+def _excess_report(r, c, atol: float, rtol: float, finite_only: bool) -> tuple[int, int]:
+    """(values over the tolerance, the first one's flat index among the compared positions)."""
+    n_bad, first, seen = 0, -1, 0
+    for rc, cc in _chunks(r, c, finite_only):
+        bad = (cc - rc).abs_() > rc.abs().mul_(rtol).add_(atol)
+        k = int(bad.sum())
+        if k and first < 0:
+            first = seen + int(torch.nonzero(bad)[0])
+        n_bad += k
+        seen += rc.numel()
+    return n_bad, first
 
 
 def _read_figures(steps: list) -> None:
@@ -243,23 +315,6 @@ def _read_figures(steps: list) -> None:
             n = s.figures.numel()
             s.values, at = flat[at:at + n], at + n
             s.figures = None
-
-
-def _error_figures(r_, c_, atol: float, rtol: float):
-    """(scaled atol, max abs err, worst excess over the tolerance, ||r||, ||c - r||, max rel err)
-    as one tensor on the device. atol is relative to the output's scale once that exceeds 1 (its
-    RMS): rounding errors of legitimate kernels grow with the magnitudes involved (long dot
-    products, heavy-tailed inputs). The in-place steps come last in the stream's order, after the
-    reductions that need the values they overwrite."""
-    if not r_.numel():
-        return torch.tensor([atol, 0.0, -1.0, 0.0, 0.0, 0.0], dtype=r_.dtype, device=r_.device)
-    atol_t = (torch.linalg.vector_norm(r_) / r_.numel() ** 0.5).clamp_min(1.0) * atol
-    diff = (c_ - r_).abs_()
-    mag = r_.abs()
-    parts = [atol_t, diff.amax(), (diff - mag * rtol).amax() - atol_t,
-             torch.linalg.vector_norm(mag), torch.linalg.vector_norm(diff)]
-    parts.append(diff.div_(mag.clamp_min_(atol_t)).amax())
-    return torch.stack(parts)
 
 
 def warm_up_comparison(tolerance_for) -> None:

@@ -26,6 +26,9 @@ class EvalConfig:
     correctness_trials: trials with fresh inputs from the secret seed schedule (at least 5).
     hardening_trials: three more trials whose float inputs are re-drawn from other distributions
         (signed normal, offset and scaled, heavy-tailed), counted where the reference stays finite.
+    poke_trial: one more trial: the second trial's inputs again, in the same buffers, with a few
+        elements changed in place (a kernel that memoises its result by a sample of its input
+        answers stale there; trials.py).
     timing: whether to time on a GPU (ignored on CPU, where timing fields stay null).
     timing_warmup: untimed calls before timing: at least this many ...
     timing_warmup_ms: ... and at least this much wall time of them, so that the GPU has left its
@@ -40,6 +43,8 @@ class EvalConfig:
         may run in vendor-library kernels (cuBLAS, cuDNN; see library_share.py); above it the
         candidate is `rejected` (`library_compute`), and the share is reported in the verdict.
         None profiles nothing (one profiled call per correct candidate is saved).
+    compile_jobs: parallel jobs of one CUDA extension build (MAX_JOBS of torch's ninja). None:
+        the host's cores shared among max_workers judgements (builds.py).
     load_timeout_s: limit for importing/compiling a candidate and building it.
     run_timeout_s: limit for the correctness trials (all of them) and again for timing.
     max_workers: candidate workers alive at once (compiles overlap; GPU phases are serialised).
@@ -52,13 +57,27 @@ class EvalConfig:
         own caching allocator, so the first correctness trial's large allocations are carved
         from it instead of going to the driver while other processes share the GPU. Idle spares
         hold it: spares x this much of the GPU. 0 (the default): none.
-    load_reserve_factor / load_reserve_max_mb: on cuda, each worker, once its module is loaded
-        (outside the GPU lock), takes about load_reserve_factor times one call's input bytes
-        (from `get_inputs` under FakeTensorMode) plus the model's weights, at most
-        load_reserve_max_mb MiB and an eighth of the GPU's free memory, from the driver and
-        hands it back to its own caching allocator, where its trials find it (reserve.py): only
-        memory the trials would allocate anyway, taken earlier, released with the worker. A
-        factor of 0 turns it off.
+    load_reserve_factor / load_reserve_max_mb: on cuda, each worker, once its judgement is
+        admitted (memory_budget_mb) and before the GPU lock is taken, takes about
+        load_reserve_factor times one call's input bytes plus the model's weights (the task's
+        footprint), at most load_reserve_max_mb MiB and what it was admitted for, from the
+        driver and hands it back to its own caching allocator, where its trials find it
+        (reserve.py): only memory the trials would allocate anyway, taken earlier, released
+        with the worker. A factor of 0 turns it off.
+    memory_budget_mb: device memory the judge plans its judgements into: each is admitted once
+        its footprint (footprint.py) fits beside the others' (memory_gate.py). None: on cuda,
+        the memory free when the evaluator starts, less memory_margin_mb and worker_overhead_mb
+        for each spare worker; no limit on the CPU.
+    memory_margin_mb: device memory the budget leaves to the rest (the judge's own CUDA
+        context and comparison scratch, other processes' growth).
+    worker_overhead_mb: device memory one worker holds beyond its tensors (CUDA context, library
+        handles and workspaces), counted for every worker a judgement runs.
+    reference_store_mb: the largest size of one task's reference outputs (every trial's) the
+        judge keeps; a task over it is streamed: each judgement runs the reference again beside
+        its candidate, trial by trial, and compares at once (evaluator.py). None: an eighth of
+        the memory budget (no limit without one).
+    stream_chunk_mb: the outputs of the trials one `run` request returns take at most this much
+        (at least one trial a request): the judge holds their copies until they are compared.
     transfer: how CUDA outputs reach the judge: `ipc` shares GPU memory (compared on the GPU, no
         host copies; `auto` picks it on cuda), `host` copies through shared host memory.
     ipc_output_pool: with `ipc`, workers copy the outputs they share into a memory pool of their
@@ -85,6 +104,7 @@ class EvalConfig:
     tolerance: Literal["strict", "paper"] = "strict"
     correctness_trials: int = 5
     hardening_trials: bool = True
+    poke_trial: bool = True
     timing: bool = True
     timing_warmup: int = 3
     timing_warmup_ms: float = 50.0
@@ -95,6 +115,7 @@ class EvalConfig:
     timing_checked_calls: int = 3
     compile_baseline: bool = False
     max_library_share: float | None = 0.5
+    compile_jobs: int | None = None
     load_timeout_s: float = 300.0
     run_timeout_s: float = 120.0
     max_workers: int = 4
@@ -103,6 +124,11 @@ class EvalConfig:
     spare_reserve_mb: int = 0
     load_reserve_factor: float = 6.0
     load_reserve_max_mb: int = 4096
+    memory_budget_mb: int | None = None
+    memory_margin_mb: int = 4096
+    worker_overhead_mb: int = 1024
+    reference_store_mb: int | None = None
+    stream_chunk_mb: int = 1024
     seed: int | None = None
     start_method: Literal["auto", "spawn", "fork"] = "auto"
     transfer: Literal["auto", "ipc", "host"] = "auto"
@@ -129,9 +155,15 @@ class EvalConfig:
         if self.max_workers < 1:
             raise ValueError("EvalConfig.max_workers must be >= 1")
         for name in ("spare_reserve_mb", "load_reserve_factor", "load_reserve_max_mb",
-                     "ipc_min_bytes"):
+                     "ipc_min_bytes", "memory_margin_mb", "worker_overhead_mb",
+                     "stream_chunk_mb"):
             if getattr(self, name) < 0:
                 raise ValueError(f"EvalConfig.{name} must be >= 0")
+        for name in ("memory_budget_mb", "reference_store_mb"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise ValueError(f"EvalConfig.{name} must be >= 0 (or None for the default)")
+        if self.compile_jobs is not None and self.compile_jobs < 1:
+            raise ValueError("EvalConfig.compile_jobs must be >= 1 (or None for the default)")
         if self.spares is not None and self.spares < 0:
             raise ValueError("EvalConfig.spares must be >= 0 (or None for the default)")
         if self.timing_warmup < 0 or self.timing_warmup_ms < 0:
@@ -143,16 +175,13 @@ class EvalConfig:
     # The knobs that change what a verdict says (not how fast it is reached): two judges agree on
     # a candidate only when these agree (the reward service reports them in /health).
     JUDGING_FIELDS = ("device", "backend", "policy", "tolerance", "correctness_trials",
-                      "hardening_trials", "timing", "timing_warmup", "timing_warmup_ms",
+                      "hardening_trials", "poke_trial", "timing", "timing_warmup", "timing_warmup_ms",
                       "timing_min_trials", "timing_max_trials", "timing_rel_spread",
                       "timing_checked_calls", "compile_baseline", "max_library_share")
 
     def load_options(self) -> dict:
-        """The `load` command's memory and output-sharing fields (worker.Worker.reserve,
-        worker.Worker._write)."""
-        return {"reserve_factor": self.load_reserve_factor,
-                "reserve_max_bytes": self.load_reserve_max_mb << 20,
-                "ipc_pool": self.ipc_output_pool, "ipc_min_bytes": self.ipc_min_bytes,
+        """The `load` command's output-sharing fields (worker.Worker._write)."""
+        return {"ipc_pool": self.ipc_output_pool, "ipc_min_bytes": self.ipc_min_bytes,
                 "ipc_arena": self.ipc_arena}
 
     def judging_settings(self) -> dict:

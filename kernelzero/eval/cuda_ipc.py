@@ -22,9 +22,12 @@ class SharedMappings:
     kept until `clear`, which keeps it mapped for the other outputs cut from it. Also the host
     time spent mapping them (`map_s`): diagnostics."""
 
-    def __init__(self):
+    def __init__(self, copy: bool = True):
+        """copy=False: `open_shared` returns views of the worker's memory, not copies (a
+        reference's outputs compared at once, before the worker's next command frees them)."""
         self._kept: dict = {}  # allocation handle -> a storage of it
         self.map_s = 0.0
+        self.copy = copy
 
     def keep(self, handle: str, storage) -> None:
         self._kept.setdefault(handle, storage)
@@ -41,11 +44,15 @@ class Sharing:
     None: the ordinary pool); `min_bytes`, the size under which an output goes through host
     memory instead (a small device-to-host copy costs microseconds, while mapping even a small
     allocation is a driver call, which other processes' allocations and frees can hold up);
-    `arena`, the worker's `Arena`, tried before a copy of its own (None: none)."""
+    `arena`, the worker's `Arena`, tried before a copy of its own (None: none); `in_place_bytes`,
+    the size from which an output is shared as it is, not copied (0: never; a reference's large
+    outputs: the copy would double what the worker holds, and only a candidate's outputs need
+    the stream-ordered copy that catches unjoined work)."""
     keep: list
     pool: object = None
     min_bytes: int = 0
     arena: "Arena | None" = None
+    in_place_bytes: int = 0
 
 
 ARENA_ALIGN = 512  # bytes: every slice of an arena starts at a multiple of this
@@ -102,15 +109,17 @@ class Arena:
         self.used = 0
 
 
-def shared_bytes(obj, min_bytes: int, depth: int = 0) -> int:
+def shared_bytes(obj, min_bytes: int, depth: int = 0, in_place_bytes: int = 0) -> int:
     """The arena bytes one output tree takes: each tensor of at least `min_bytes` (`TensorOut`s
-    on the judge's side, CUDA tensors on the worker's), aligned as `Arena.place` aligns it."""
+    on the judge's side, CUDA tensors on the worker's), aligned as `Arena.place` aligns it, less
+    those shared in place (`in_place_bytes`, see `Sharing`)."""
     t = getattr(obj, "tensor", obj)
     if getattr(t, "is_cuda", False) is True:
         n = t.numel() * t.element_size()
-        return aligned(n) if n and n >= max(1, min_bytes) else 0
+        in_place = 0 < in_place_bytes <= n
+        return aligned(n) if n and n >= max(1, min_bytes) and not in_place else 0
     if isinstance(obj, (tuple, list)) and depth < 4:  # tensorio.MAX_DEPTH
-        return sum(shared_bytes(x, min_bytes, depth + 1) for x in obj)
+        return sum(shared_bytes(x, min_bytes, depth + 1, in_place_bytes) for x in obj)
     return 0
 
 
@@ -195,6 +204,9 @@ def open_shared(ipc: dict, shape: list[int], dtype, mapped: SharedMappings | Non
         mapped.map_s += time.perf_counter() - t0
     view = torch.empty(0, dtype=dtype, device=storage.device)
     view.set_(storage, offset, shape, stride)
+    if mapped is not None and not mapped.copy:
+        mapped.keep(ipc["handle"], storage)
+        return view
     copy = view.clone()  # the judge's own memory from here on
     if mapped is not None:
         mapped.keep(ipc["handle"], storage)

@@ -18,6 +18,8 @@ for timing). A judgement that runs out of GPU memory beside others is judged aga
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import threading
 import time
@@ -25,21 +27,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelzero.eval.builds import BuildCache
 from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.cuda_ipc import SharedMappings, hold_arena, shared_bytes
+from kernelzero.eval.cuda_ipc import SharedMappings
 from kernelzero.eval.environment import probe_gpu_name
-from kernelzero.eval.gpu_lock import gpu_lock_for
-from kernelzero.eval.reference import (ReferenceRun, decode_trials, run_reference, time_settled,
-                                       worker_breakdown)
+from kernelzero.eval.footprint import gib
+from kernelzero.eval.memory_gate import out_of_memory
+from kernelzero.eval.memory_plan import MemoryPlan
+from kernelzero.eval.judgement import CandidateJudgement, _loading_reason
+from kernelzero.eval.reference import (WAIT_EXIT_BYTES, ReferenceRun, StreamedReference,
+                                       run_reference)
 from kernelzero.eval.reference_cache import ReferenceCache
-from kernelzero.eval.rulings import check_trials, correct_verdict, timed_verdict, worker_status
+from kernelzero.eval.rulings import worker_status
 from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
                                     reap_pending)
-from kernelzero.eval.solo_gate import SoloGate, out_of_memory
 from kernelzero.eval.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
-from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
+from kernelzero.eval.tensorio import DecodeError, TensorOut
 from kernelzero.eval.verdict import Timing, Verdict
 from kernelzero.tasks.task import (Candidate, Task, static_check_candidate, static_check_task)
 
@@ -88,6 +93,8 @@ class Evaluator:
         self.reference_phases: dict[str, dict] = self.references.phases
         self._tmp = Path(self.config.work_dir or _default_work_dir())
         self._tmp.mkdir(parents=True, exist_ok=True)
+        # compiled extensions by candidate source, kept where no worker writes (builds.py)
+        self.builds = BuildCache(self._tmp / "build_cache", self.config)
         self._gpu_name: str | None = probe_gpu_name() if self.config.device == "cuda" else None
         self._live: set[SandboxWorker] = set()
         # Every candidate takes a spare and every new task one more (its reference); on a GPU a
@@ -98,7 +105,9 @@ class Evaluator:
                                 start_method=self.config.worker_start,
                                 reserve_mb=self.config.spare_reserve_mb)
         self.aborted = False
-        self._gate = SoloGate()
+        # Device memory: each judgement and reference run admitted for its footprint, an
+        # out-of-memory verdict judged again alone (memory_gate.py, memory_plan.py).
+        self.memory = MemoryPlan(self.config, self.spares.size, reclaim=self.references.reclaim)
 
     # ------------------------------------------------------------------ public API
     def __enter__(self):
@@ -129,17 +138,10 @@ class Evaluator:
 
     def judge(self, task: Task, candidate: Candidate) -> Verdict:
         t0 = time.perf_counter()
-        with self._gate.shared() as others_beside:
+        with self.memory.gate.shared():
             v = self._judge(task, candidate)
-            crowded = others_beside()
-        if crowded and out_of_memory(v.status, v.reason) and not self.aborted:
-            with self._gate.alone():  # the others' memory may be why: judged again, alone
-                if not self.aborted:  # (Ctrl-C while it waited for the others)
-                    self.references.forget_failed(task.hash)
-                    first = v.reason
-                    v = self._judge(task, candidate)
-                    v.flags.append("judged_alone_after_oom")
-                    v.reason += f" (judged again alone: beside other judgements, {first[:120]})"
+        if out_of_memory(v.status, v.reason) and not self.aborted:
+            v = self._judge_alone(task, candidate, v)
         v.wall_s = time.perf_counter() - t0
         v.task_hash, v.candidate_hash = task.hash, candidate.hash
         v.device, v.policy = self.config.device, self.config.policy
@@ -217,14 +219,24 @@ class Evaluator:
 
     def probe_reference(self, task: Task, seeds: list[int], init_seed: int = 0,
                         return_inputs: bool = False, time: bool = False) -> ReferenceProbe:
-        """Run a reference module on given seeds (task distribution) in a sandbox."""
+        """Run a reference module on given seeds (task distribution) in a sandbox. Admitted
+        for its footprint like a judgement; out of memory, it runs again alone."""
         problem = static_check_task(task.source)
         if problem:
             return ReferenceProbe(False, problem)
         sched = Schedule([Trial(int(s)) for s in seeds], self._schedule(task).timing_seeds, [])
-        run = run_reference(task.source, self.config, sched, self.spares.take,
-                            time_it=time and self.config.timed, init_seed=init_seed,
-                            want_inputs=return_inputs)
+
+        def probe() -> ReferenceRun:
+            return run_reference(task.source, self.config, sched, self.spares.take,
+                                 time_it=time and self.config.timed, init_seed=init_seed,
+                                 want_inputs=return_inputs, plan=self.memory, cached=False)
+        with self.memory.gate.shared():
+            run = probe()
+        if not run.ok and out_of_memory("invalid_task", run.reason) and not self.aborted:
+            with self._released_alone(None) as free:
+                run = probe()
+            if not run.ok:
+                run.reason += _alone_note(free)
         if not run.ok:
             return ReferenceProbe(False, run.reason)
         results = [run.trials[Trial(int(s))] for s in seeds]
@@ -248,7 +260,46 @@ class Evaluator:
         c = self.config
         return make_schedule(self._secret, task.hash, c.correctness_trials,
                              HARDENING_DISTS if c.hardening_trials else (),
-                             c.timing_max_trials, c.timing_checked_calls, c.timing_min_trials)
+                             c.timing_max_trials, c.timing_checked_calls, c.timing_min_trials,
+                             poke_trial=c.poke_trial)
+
+    def _judge_alone(self, task: Task, cand: Candidate, first: Verdict) -> Verdict:
+        """Judge again with nothing else in flight and the memory the judge keeps released
+        (an out-of-memory verdict may be its neighbours' doing). Out of memory again, the
+        verdict says what the task needs and what the GPU had free: the task is blamed (
+        invalid_task) only when its reference alone did not fit."""
+        with self._released_alone(task) as free:
+            if self.aborted:  # Ctrl-C while it waited for the others
+                return first
+            self.references.restart(task)
+            v = self._judge(task, cand)
+        v.flags.append("judged_alone_after_oom")
+        if out_of_memory(v.status, v.reason):
+            v.reason += _alone_note(free)
+            handle = self.references.get(task)
+            run = handle.run if handle.has_outputs.is_set() else None
+            if v.status != "invalid_task" and run is not None and run.ok:
+                # the reference fits alone: the candidate needed more than the GPU had
+                v.reason += f" ({self.memory.describe_need(run.footprint)})"
+        else:
+            v.reason += f" (judged again alone: {first.reason[:160]})"
+        return v
+
+    @contextlib.contextmanager
+    def _released_alone(self, task: Task | None):
+        """Alone (memory_gate.MemoryGate.alone), with the other tasks' references dropped, no
+        spare kept and the judge's cached blocks freed; yields the device memory then free."""
+        with self.memory.gate.alone():
+            self.references.clear(keep=task.hash if task is not None else None)
+            self.spares.pause()
+            try:
+                gc.collect()
+                if self.config.device == "cuda":
+                    import torch
+                    torch.cuda.empty_cache()
+                yield self.memory.free_now()
+            finally:
+                self.spares.resume()
 
     def _run_reference(self, task: Task, publish) -> ReferenceRun:
         """Run (and time) a task's reference; called by `self.references` in its own thread."""
@@ -263,7 +314,8 @@ class Evaluator:
             cache_key = ref_timing_key(task.hash, self.env(), cfg)
             cached = self.ref_cache.get_ref_timing(cache_key)
         run = run_reference(task.source, cfg, self._schedule(task), self.spares.take,
-                            time_it=cfg.timed and cached is None, publish=publish)
+                            time_it=cfg.timed and cached is None, publish=publish,
+                            plan=self.memory)
         if run.gpu:
             self._gpu_name = run.gpu
         if run.ok and cached is not None:
@@ -300,10 +352,9 @@ class Evaluator:
         return None
 
     def _judge_in_worker(self, task: Task, cand: Candidate, backend: str) -> Verdict:
-        """Load (import, compile, build) the candidate while the reference is computed elsewhere,
-        then run and time it against the reference."""
+        """Load (import, compile, construct) the candidate while the reference is computed
+        elsewhere, then judge it against the reference (judgement.py)."""
         cfg = self.config
-        build = self._tmp / "builds" / cand.hash  # one build cache per candidate source
         t_take = time.perf_counter()
         try:
             w = self.spares.take("cand")
@@ -311,6 +362,7 @@ class Evaluator:
             return Verdict(status="runtime_error", backend=backend,
                            reason=f"could not start a sandbox worker: {e}")
         reference = self.references.get(task)  # started now, it runs while this one loads
+        oracle: StreamedReference | None = None
         with w.released():
             self._live.add(w)
             cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
@@ -319,7 +371,7 @@ class Evaluator:
             # another worker imports.
             task_path = os.path.join(w.dir, f"task_{task.hash}.py")
             Path(task_path).write_text(task.source, encoding="utf-8")
-            phase = "load"
+            judgement = None
             arena = SharedMappings()  # the worker's arena, mapped while it is judged
             # take_s: waiting for a worker (seconds when no spare was ready and one had to start)
             phases: dict[str, float] = {"take_s": time.perf_counter() - t_take}
@@ -327,76 +379,39 @@ class Evaluator:
                 t0 = time.perf_counter()
                 info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
                                   "candidate_path": cand_path, "device": cfg.device,
-                                  "transfer": cfg.transfer_mode, "build_dir": str(build),
+                                  "transfer": cfg.transfer_mode,
+                                  **self.builds.load_fields(w, cand.hash),
                                   "init_seed": 0, **cfg.load_options()},
                                  cfg.load_timeout_s)
                 phases["load_s"] = time.perf_counter() - t0
-                if info.get("reserved_bytes"):  # reserve.py (a size, not a time)
-                    phases["reserved_mb"] = info["reserved_bytes"] / 2**20
                 ref = reference.outputs()
                 if not ref.ok:
                     return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
                 if not info.get("ok"):
                     return Verdict(status=worker_status(info.get("status")), backend=backend,
                                    reason=_loading_reason(info), log_tail=w.log_tail())
+                self.builds.keep(w, cand.hash)
                 phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
-                self._map_arena(w, ref, phases, arena)
-                t1 = time.perf_counter()
-                # Moving the model (constructed on the CPU while loading) to the GPU and the
-                # correctness trials run alongside other candidates' (shared lock); the timing
-                # below waits for the GPU to itself (exclusive lock).
-                with gpu_lock_for(cfg.device, shared=True, what="cand_run"):
-                    phases["gpu_wait_s"] = time.perf_counter() - t1
-                    t2 = time.perf_counter()
-                    info = w.request({"op": "build", "init_seed": 0}, cfg.load_timeout_s)
-                    if not info.get("ok"):
-                        return Verdict(status=worker_status(info.get("status")), backend=backend,
-                                       reason=_loading_reason(info), log_tail=w.log_tail())
-                    phases["build_s"] = time.perf_counter() - t2
-                    phase = "run"
-                    v, stats = self._correctness(w, ref, backend, phases)
-                if v is None and cfg.timed:
-                    phase = "time"
-                    t3 = time.perf_counter()
-                    ref = reference.complete()  # its timing too (it started before this one)
-                    phases["reference_timing_wait_s"] = time.perf_counter() - t3
-                    if not ref.ok:
-                        return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
-                    t3 = time.perf_counter()
-                    with gpu_lock_for(cfg.device, what="cand_time"):
-                        phases["timing_wait_s"] = time.perf_counter() - t3
-                        t4 = time.perf_counter()
-                        reply, judge_wall_ms = time_settled(w, cfg, ref.schedule, ref.l2_bytes,
-                                                            checked=ref.schedule.checked)
-                        phases["timing_s"] = time.perf_counter() - t4
-                        # The timed calls' outputs become the judge's own copies before the GPU
-                        # is let go (copies finished: nothing of this judge's runs beside the
-                        # next timing) ...
-                        outs = self._timed_outputs(w, reply, phases)
-                    # ... and are compared with the GPU shared: comparing is not timed work,
-                    # and other candidates' trials may run beside it.
-                    t4 = time.perf_counter()
-                    with gpu_lock_for(cfg.device, shared=True, what="cand_recheck"):
-                        phases["recheck_wait_s"] = time.perf_counter() - t4
-                        t4 = time.perf_counter()
-                        v = timed_verdict(self.config, self._gpu_name, ref, backend, stats, reply,
-                                          judge_wall_ms, outs)
-                        phases["timed_check_s"] = time.perf_counter() - t4
-                elif v is None:
-                    v = correct_verdict(backend, None, ref, stats)
-                if v.status == "correct" and self._profiles():
-                    phase = "run"
-                    with gpu_lock_for(cfg.device, shared=True, what="library_check"):
-                        v = self._library_check(w, ref, backend, v)
+                if ref.streamed:  # its reference runs beside it (reference.StreamedReference)
+                    oracle = StreamedReference(task.source, cfg, self.spares.take)
+                    self._live.add(oracle.w)
+                    problem = oracle.start()
+                    if problem:
+                        return Verdict(status="invalid_task", reason=problem, backend=backend)
+                judgement = CandidateJudgement(self, w, reference, ref, backend, phases, oracle)
+                v = judgement.run(arena)
+                v.memory = judgement.memory
                 v.log_tail = w.log_tail()
                 v.phases_s = {k: round(x, 4) for k, x in phases.items()}
                 return v
             except WorkerTimeout:
+                phase = judgement.phase if judgement else "load"
                 limit = cfg.load_timeout_s if phase == "load" else cfg.run_timeout_s
                 return Verdict(status="timeout", backend=backend, log_tail=w.log_tail(),
                                reason=f"the candidate did not finish {_GERUND[phase]} within "
                                       f"{limit:g} s; its process group was killed")
             except WorkerDied as e:
+                phase = judgement.phase if judgement else "load"
                 if e.exit_code == 0:  # ended itself before the checks could finish
                     return Verdict(status="rejected", backend=backend, flags=["harness_exit"],
                                    log_tail=w.log_tail(),
@@ -409,121 +424,26 @@ class Evaluator:
                                reason=f"the candidate's outputs could not be read: {e}")
             finally:
                 arena.clear()  # unmapped before the worker is killed
+                grant = judgement.grant if judgement is not None else None
+                big = grant is not None and grant.nbytes >= WAIT_EXIT_BYTES
+                if oracle is not None:
+                    self._live.discard(oracle.w)
+                    oracle.close(wait=big)
+                if big:
+                    w.close(wait=True)  # their memory back before the grant goes
                 self._live.discard(w)
-
-    def _map_arena(self, w: SandboxWorker, ref: ReferenceRun, phases: dict,
-                   arena: SharedMappings) -> None:
-        """Have the worker allocate its arena (cuda_ipc.Arena), room for the trials' outputs
-        sized from the reference's, and map it now, before the GPU lock is taken; `arena` keeps
-        it mapped until it is cleared. Without one, outputs travel as they otherwise would."""
-        cfg = self.config
-        if not (cfg.ipc_arena and cfg.device == "cuda" and cfg.transfer_mode == "ipc"):
-            return
-        per_call = max((shared_bytes(r.outputs, cfg.ipc_min_bytes) for r in
-                        [*ref.trials.values(), *ref.timed.values()]), default=0)
-        slots = max(len(ref.trials), len(ref.schedule.checked) if ref.schedule else 0)
-        if not per_call:
-            return
-        t0 = time.perf_counter()
-        reply = w.request({"op": "arena", "bytes": per_call * slots}, cfg.load_timeout_s)
-        if not reply.get("ok"):
-            return
-        try:
-            arena.keep(reply["ipc"]["handle"], hold_arena(reply["ipc"]))
-        except (ValueError, TypeError, KeyError, RuntimeError):
-            return  # the candidate's process broke it: its outputs will say so
-        phases["arena_map_s"] = time.perf_counter() - t0
-
-    def _correctness(self, w: SandboxWorker, ref: ReferenceRun, backend: str, phases: dict):
-        """(failing verdict, None), or (None, (trials, max abs err, max rel err)) when all matched."""
-        cfg = self.config
-        trials = list(ref.trials)
-        t0 = time.perf_counter()
-        reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials], "poison": True,
-                           "log_ops": cfg.policy == "strict"}, cfg.run_timeout_s)
-        phases["run_s"] = time.perf_counter() - t0
-        phases.update(worker_breakdown(reply))
-        t0 = time.perf_counter()
-        if not reply.get("ok"):
-            return Verdict(status=worker_status(reply.get("status")), backend=backend,
-                           reason=f"raised during the correctness trials: {reply.get('reason')}"), None
-        if cfg.policy == "strict":
-            from kernelzero.eval.policy import forbidden_ops
-            first = (reply.get("trials") or [{}])[0]
-            if "aten_ops" not in first:
-                return Verdict(status="rejected", backend=backend, flags=["op_log_missing"],
-                               reason="strict policy: the op log of the first call is missing"), None
-            bad = forbidden_ops(first["aten_ops"])
-            if bad:
-                return Verdict(status="rejected", backend=backend, flags=["forbidden_op"],
-                               reason="strict policy: ModelNew.forward ran PyTorch compute ops "
-                                      f"({', '.join(bad[:6])}); compute must happen in its own "
-                                      "kernels"), None
-        t1 = time.perf_counter()
-        mapped = SharedMappings()
-        results = decode_trials(w, reply, mapped=mapped)
-        phases["decode_s"] = time.perf_counter() - t1  # the judge's copies of the outputs
-        phases["decode_map_s"] = mapped.map_s  # of which mapping worker memory
-        if len(results) != len(trials):
-            return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
-                           reason="the candidate process returned the wrong number of trials"), None
-        v = check_trials(cfg, [(ref.trials[t], got, f"trial {n + 1} ({t.dist} inputs)")
-                               for n, (t, got) in enumerate(zip(trials, results))], backend)
-        if isinstance(v, Verdict):
-            v.trials_run = len(trials)
-            return v, None
-        phases["check_s"] = time.perf_counter() - t0
-        return None, (len(trials), *v)
-
-    @staticmethod
-    def _timed_outputs(w: SandboxWorker, reply: dict, phases: dict) -> dict:
-        """The checked timed calls' outputs, decoded into the judge's own memory right away,
-        the copies finished when this returns (phases: timed_copy_s to queue them, of which
-        timed_map_s mapping worker memory; timed_sync_s to wait for them)."""
-        if not reply.get("ok"):
-            return {}
-        t0, mapped = time.perf_counter(), SharedMappings()
-        outs = {int(idx): decode(item["desc"], w.path_of(item["file"]), mapped=mapped)
-                for idx, item in (reply.get("outputs") or {}).items()}
-        t1 = time.perf_counter()
-        import torch
-        if outs and torch.cuda.is_initialized():
-            torch.cuda.synchronize()
-        mapped.clear()
-        phases["timed_copy_s"], phases["timed_sync_s"] = t1 - t0, time.perf_counter() - t1
-        phases["timed_map_s"] = mapped.map_s
-        return outs
-
-    def _profiles(self) -> bool:
-        c = self.config
-        return c.policy == "strict" and c.device == "cuda" and c.max_library_share is not None
-
-    def _library_check(self, w, ref: ReferenceRun, backend: str, v: Verdict) -> Verdict:
-        """Strict policy, runtime evidence: the share of one profiled call's GPU time spent in
-        vendor-library kernels. Asked for after the timing, so that nothing the profiler leaves
-        in the worker can slow the timed calls."""
-        from kernelzero.eval.library_share import library_share
-
-        first = next(iter(ref.trials))  # the first correctness trial's inputs
-        reply = w.request({"op": "profile", **first.as_dict()}, self.config.run_timeout_s)
-        share, lib_names = library_share(reply.get("kernels") or [])
-        if share is not None and share > self.config.max_library_share:
-            return Verdict(status="rejected", backend=backend, flags=["library_compute"],
-                           library_share=share, trials_run=v.trials_run,
-                           reason=f"strict policy: {100 * share:.0f}% of the call's GPU time ran "
-                                  f"in vendor-library kernels ({', '.join(lib_names[:3])}); "
-                                  "compute must happen in its own kernels")
-        v.library_share = share
-        return v
+                if grant is not None:
+                    grant.release()
 
 
 _GERUND = {"load": "loading", "run": "running", "time": "timing"}
 
 
-def _loading_reason(info: dict) -> str:
-    phase = info.get("phase")
-    where = {"import": "failed to import/compile", "init": "failed to build ModelNew"}.get(phase, "failed to load")
-    return f"the candidate {where}: {info.get('reason')}"
+def _alone_note(free: int | None) -> str:
+    """What a verdict that ran out of memory alone adds: what the GPU had free."""
+    if free is None:
+        return " (judged again alone: still out of memory)"
+    return f" (judged again alone: the GPU had {gib(free)} free)"
 
 
 def _default_work_dir() -> str:

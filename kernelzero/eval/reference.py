@@ -4,17 +4,26 @@ The reference (which the Proposer may have written, so it is untrusted too) runs
 the schedule once per task: correctness inputs, hardening inputs, and the inputs of the timed
 calls whose outputs will be re-checked. Its outputs come back to the judge and stay there; no
 candidate process ever holds them. On a GPU it is then timed exactly like a candidate.
+
+A task whose outputs are too large to keep (memory_plan.MemoryPlan.streamed: KernelBench's
+reach 8 GiB a call, 12 trials a task) is streamed: the run above keeps only what the outputs say
+about the task (their size and finiteness, the inputs' checksums and mutations) and its timing,
+and each judgement runs the reference again in a worker of its own (`StreamedReference`), one
+trial at a time beside its candidate, comparing each trial's outputs in place before the next.
 """
 from __future__ import annotations
 
 import os
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.cuda_ipc import SharedMappings
+from kernelzero.eval.footprint import Footprint
 from kernelzero.eval.gpu_lock import gpu_lock_for
+from kernelzero.eval.memory_plan import MemoryPlan
 from kernelzero.eval.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.schedule import Schedule, Trial
 from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
@@ -23,11 +32,17 @@ from kernelzero.eval.verdict import Timing
 
 @dataclass
 class TrialResult:
-    outputs: object                 # decoded (TensorOut / scalar / sequence)
+    outputs: object                 # decoded (TensorOut / scalar / sequence); None: streamed
     digest: float                   # checksum of the inputs the worker generated
     mutated: list[int]              # inputs the module changed in place
     inputs_after: object = None     # decoded values of the mutated inputs after the call
     inputs: object = None           # decoded pristine inputs (probe only)
+    out_bytes: int = 0              # the outputs' tensor bytes (streamed trials)
+    known_finite: bool | None = None  # the outputs' finiteness, when they are not kept
+
+    @property
+    def finite(self) -> bool:
+        return self.known_finite if self.known_finite is not None else _finite(self.outputs)
 
 
 @dataclass
@@ -48,13 +63,19 @@ class ReferenceRun:
     time_wall_ms_per_call: float | None = None  # judge-side wall clock of its timed loop, per call
     phases_s: dict = field(default_factory=dict)  # where the judge's wall time went (diagnostics)
     timing_details: dict = field(default_factory=dict)  # how its timed loop ran (timing_details())
+    footprint: Footprint = field(default_factory=Footprint)  # one call's memory (footprint.py)
+    streamed: bool = False  # outputs not kept: each judgement runs the reference beside it
 
 
 def _finite(obj) -> bool:
     import torch
     if isinstance(obj, TensorOut):
         t = obj.tensor
-        return not (t.is_floating_point() or t.is_complex()) or bool(torch.isfinite(t).all())
+        if not (t.is_floating_point() or t.is_complex()):
+            return True
+        flat, chunk = t.reshape(-1), 1 << 25  # no whole-output boolean scratch
+        return all(bool(torch.isfinite(flat[i:i + chunk]).all())
+                   for i in range(0, flat.numel(), chunk))
     if isinstance(obj, (tuple, list)):
         return all(_finite(x) for x in obj)
     if isinstance(obj, float):
@@ -63,9 +84,11 @@ def _finite(obj) -> bool:
 
 
 def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False,
-                  mapped: SharedMappings | None = None) -> list[TrialResult]:
-    """Every trial's outputs (and inputs where sent), in the judge's own memory. Each shared
-    allocation is mapped once for the whole reply and unmapped before this returns, under the
+                  mapped: SharedMappings | None = None,
+                  keep_mapped: bool = False) -> list[TrialResult]:
+    """Every trial's outputs (and inputs where sent), in the judge's own memory (or, with a
+    `mapped` that does not copy, views of the worker's). Each shared allocation is mapped once
+    for the whole reply and unmapped before this returns unless `keep_mapped`, under the
     caller's GPU lock (`mapped`, if given, counts the time spent mapping)."""
     out = []
     mapped = SharedMappings() if mapped is None else mapped
@@ -80,7 +103,8 @@ def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False,
         if want_inputs and "inputs" in t:
             res.inputs = read(t["inputs"])
         out.append(res)
-    mapped.clear()
+    if not keep_mapped:
+        mapped.clear()
     return out
 
 
@@ -121,10 +145,15 @@ def time_settled(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule,
 def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_worker,
                   time_it: bool, init_seed: int = 0, want_inputs: bool = False,
                   extra_trials: list[Trial] | None = None,
-                  publish: Callable[[ReferenceRun], None] | None = None) -> ReferenceRun:
+                  publish: Callable[[ReferenceRun], None] | None = None,
+                  plan: MemoryPlan | None = None, cached: bool = True) -> ReferenceRun:
     """`take_worker(name)` returns a started SandboxWorker (see spares.SparePool.take).
     `publish(run)` is called once the outputs are in `run`, before it is timed (see
-    reference_cache.py); the run it gets is the one returned, unless timing then fails."""
+    reference_cache.py); the run it gets is the one returned, unless timing then fails.
+    `plan`: the run is admitted for its footprint before it touches the device, and a task
+    whose outputs are too large to keep is streamed (the run keeps what each trial's outputs
+    say about the task, not the outputs: `ReferenceRun.streamed`). `cached`: the judge keeps
+    the run (the reference cache); a probe's (false) outputs go to its caller, never streamed."""
     trials = list(schedule.correctness) + [Trial(s) for s in
                                            (schedule.timing_seeds[i] for i in schedule.checked)]
     trials += extra_trials or []
@@ -135,22 +164,24 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
     except (WorkerDied, WorkerTimeout) as e:
         return ReferenceRun(False, f"could not start a sandbox worker: {e}")
     phases["take_s"] = time.perf_counter() - t0
+    grant = None
     with w.released():
         try:
-            task_path = os.path.join(w.dir, "reference.py")  # the worker's own copy
-            with open(task_path, "w", encoding="utf-8") as dst:
-                dst.write(task_source)
-            info = w.request({"op": "load", "role": "reference", "task_path": task_path,
-                              "device": cfg.device, "transfer": cfg.transfer_mode,
-                              "init_seed": init_seed, **cfg.load_options()},
-                             cfg.load_timeout_s)
+            info = load_module(w, task_source, cfg, init_seed,
+                               footprint=plan is not None and plan.measures())
             if not info.get("ok"):
                 what = "build" if info.get("phase") == "init" else "load"  # construct: "init"
                 return ReferenceRun(False, f"the reference failed to {what}: {info.get('reason')}",
                                     log_tail=w.log_tail())
             phases["load_s"] = time.perf_counter() - t0 - phases["take_s"]
-            if info.get("reserved_bytes"):  # reserve.py (a size, not a time)
-                phases["reserved_mb"] = info["reserved_bytes"] / 2**20
+            fp = Footprint.from_dict(info.get("footprint"))
+            streamed = plan is not None and cached and plan.streamed(fp, len(trials))
+            slots = 1 if streamed else (plan.slots(fp, len(trials)) if plan else len(trials))
+            if plan is not None:
+                t1 = time.perf_counter()
+                grant = plan.admit(plan.reference_bytes(fp, len(trials), streamed), "reference")
+                phases["memory_wait_s"] = time.perf_counter() - t1
+                reserve(w, cfg, plan.reserve_bytes(fp, grant.nbytes), phases)
             t1 = time.perf_counter()
             with gpu_lock_for(cfg.device, shared=True, what="ref_run"):  # a GPU, not a quiet one
                 phases["gpu_wait_s"] = time.perf_counter() - t1
@@ -160,30 +191,43 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                     return ReferenceRun(False, f"the reference failed to build: {info.get('reason')}",
                                         log_tail=w.log_tail())
                 run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
-                                   schedule=schedule)
+                                   schedule=schedule, footprint=fp, streamed=streamed)
                 phases["build_s"] = time.perf_counter() - t1
-                reply = w.request({"op": "run", "trials": [t.as_dict() for t in trials],
-                                   "return_inputs": want_inputs}, cfg.run_timeout_s * 2)
-                if not reply.get("ok"):
-                    return ReferenceRun(False, f"the reference failed to run: {reply.get('reason')}",
-                                        log_tail=w.log_tail())
-                t2 = time.perf_counter()
-                mapped = SharedMappings()
-                results = decode_trials(w, reply, want_inputs, mapped)
+                results, replies = [], []
+                in_place = plan.in_place_bytes() if plan is not None else 0
+                for at in range(0, len(trials), slots):
+                    reply = w.request({"op": "run", "reuse": False, "return_inputs": want_inputs,
+                                       "trials": [t.as_dict() for t in trials[at:at + slots]],
+                                       "share_in_place_bytes": in_place, "trim": streamed},
+                                      cfg.run_timeout_s * 2)
+                    if not reply.get("ok"):
+                        return ReferenceRun(False, "the reference failed to run: "
+                                            + reference_failure(reply, fp, plan),
+                                            log_tail=w.log_tail(), footprint=fp)
+                    t2 = time.perf_counter()
+                    mapped = SharedMappings(copy=not streamed)
+                    part = decode_trials(w, reply, want_inputs, mapped)
+                    if streamed:  # what the outputs say about the task; then they go
+                        part = [_summary(r) for r in part]
+                    mapped.clear()
+                    phases["decode_s"] = phases.get("decode_s", 0.0) + time.perf_counter() - t2
+                    phases["decode_map_s"] = phases.get("decode_map_s", 0.0) + mapped.map_s
+                    results += part
+                    replies.append(reply)
                 phases["build_run_s"] = time.perf_counter() - t1
-                phases["decode_s"] = time.perf_counter() - t2  # the judge's copies of outputs
-                phases["decode_map_s"] = mapped.map_s  # of which mapping worker memory
-                phases.update(worker_breakdown(reply))
+                phases.update(worker_breakdown({"trials": [t for r in replies for t in r["trials"]]}))
             run.phases_s = phases
-            run.peak_mem_bytes = reply.get("peak_mem_bytes")
-            run.forward_peak_bytes = reply.get("forward_peak_bytes")
+            run.peak_mem_bytes = max((r.get("peak_mem_bytes") or 0 for r in replies), default=0) or None
+            run.forward_peak_bytes = max((r.get("forward_peak_bytes") or 0 for r in replies),
+                                         default=0) or None
             if results:
-                run.io_bytes = int(reply["trials"][0].get("input_bytes", 0)) + \
-                    _nbytes(results[0].outputs)
+                out_bytes = _nbytes(results[0].outputs) if not streamed else results[0].out_bytes
+                run.io_bytes = int(replies[0]["trials"][0].get("input_bytes", 0)) + out_bytes
+                run.footprint = fp.with_measured(run.forward_peak_bytes, out_bytes)
             n_corr = len(schedule.correctness)
             for t, r in zip(trials[:n_corr], results[:n_corr]):
                 # Hardening inputs only count where the reference itself stays finite.
-                if t.dist == "task" or _finite(r.outputs):
+                if t.dist == "task" or r.finite:
                     run.trials[t] = r
             for idx, r in zip(schedule.checked, results[n_corr:n_corr + len(schedule.checked)]):
                 run.timed[idx] = r
@@ -207,6 +251,12 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
                                                                  compile_=True, late_counts=False))
                     phases["timing_s"] = time.perf_counter() - t0
             run.log_tail = w.log_tail()
+            if grant is not None:  # what stays: the outputs the judge keeps, held with the run
+                if grant.nbytes >= WAIT_EXIT_BYTES:
+                    w.close(wait=True)  # its memory back before the grant shrinks
+                grant.keep(0 if streamed or not cached else fp.stored_bytes(len(results)))
+                weakref.finalize(run, grant.release)
+                grant = None
             return run
         except WorkerTimeout:
             return ReferenceRun(False, "the reference did not finish within its time limit",
@@ -216,6 +266,45 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
         except (DecodeError, KeyError, TypeError, ValueError) as e:
             return ReferenceRun(False, f"the reference returned unusable outputs: {e}",
                                 log_tail=w.log_tail())
+        finally:
+            if grant is not None:
+                grant.release()
+
+
+def load_module(w: SandboxWorker, task_source: str, cfg: EvalConfig, init_seed: int,
+                footprint: bool) -> dict:
+    """Write the worker's own copy of the reference and `load` it (constructed on the CPU under
+    `init_seed`; with `footprint`, measured: footprint.py)."""
+    task_path = os.path.join(w.dir, "reference.py")
+    with open(task_path, "w", encoding="utf-8") as dst:
+        dst.write(task_source)
+    return w.request({"op": "load", "role": "reference", "task_path": task_path,
+                      "device": cfg.device, "transfer": cfg.transfer_mode, "init_seed": init_seed,
+                      "footprint": footprint, **cfg.load_options()}, cfg.load_timeout_s)
+
+
+def reserve(w: SandboxWorker, cfg: EvalConfig, nbytes: int, phases: dict) -> None:
+    """The worker takes `nbytes` from the driver now (reserve.py), outside the GPU lock."""
+    if nbytes <= 0:
+        return
+    info = w.request({"op": "reserve", "bytes": int(nbytes)}, cfg.load_timeout_s)
+    if info.get("reserved_bytes"):
+        phases["reserved_mb"] = info["reserved_bytes"] / 2**20
+
+
+def reference_failure(reply: dict, fp: Footprint, plan: "MemoryPlan | None") -> str:
+    """Why a reference's `run` failed; out of memory, with what it needed and what it had."""
+    reason = str(reply.get("reason"))
+    if "out of memory" not in reason.lower() or plan is None:
+        return reason
+    return f"{reason} ({plan.describe_need(fp, reply.get('peak_mem_bytes'))})"
+
+
+def _summary(r: TrialResult) -> TrialResult:
+    """A streamed trial: what the judge learns from the reference's outputs (their finiteness
+    and size) and inputs, without keeping the outputs."""
+    return TrialResult(outputs=None, digest=r.digest, mutated=r.mutated, known_finite=r.finite,
+                       out_bytes=_nbytes(r.outputs))
 
 
 def _nbytes(obj) -> int:
@@ -267,3 +356,52 @@ def _timing(reply: dict) -> Timing | None:
     if not reply.get("ok") or not reply.get("times_ms"):
         return None
     return Timing.from_samples([float(x) for x in reply["times_ms"]])
+
+
+WAIT_EXIT_BYTES = 8 << 30  # a worker granted this much is gone before its grant is let go
+# (a CUDA context's teardown takes a few hundred ms; memory freed later than the grant would let
+# the next large judgement in too early)
+
+
+class ReferenceFailed(Exception):
+    """A streamed task's reference failed beside a candidate (the reason)."""
+
+
+class StreamedReference:
+    """A streamed task's reference for one judgement: a worker of its own that computes one
+    trial at a time; each trial's outputs are read in place (not copied) and must be compared
+    before the next trial is asked for. `start` may raise WorkerDied / WorkerTimeout."""
+
+    def __init__(self, task_source: str, cfg: EvalConfig, take_worker, init_seed: int = 0):
+        self.source, self.cfg, self.init_seed = task_source, cfg, init_seed
+        self.w = take_worker("ref")
+        self._mapped = SharedMappings(copy=False)
+
+    def start(self) -> str | None:
+        """Load it; None, or why it failed."""
+        info = load_module(self.w, self.source, self.cfg, self.init_seed, footprint=False)
+        return None if info.get("ok") else f"the reference failed to load: {info.get('reason')}"
+
+    def build(self) -> str | None:
+        """Move it to the device (the caller holds the GPU); None, or why it failed."""
+        info = self.w.request({"op": "build", "init_seed": self.init_seed},
+                              self.cfg.load_timeout_s)
+        return None if info.get("ok") else f"the reference failed to build: {info.get('reason')}"
+
+    def trial(self, t: Trial, plan: MemoryPlan | None) -> TrialResult:
+        """The trial's outputs, views of the worker's memory until the next call (or
+        `release`). Raises ReferenceFailed with the reason when the reference fails."""
+        self.release()
+        reply = self.w.request({"op": "run", "reuse": False, "trials": [t.as_dict()],
+                                "share_in_place_bytes": plan.in_place_bytes() if plan else 0,
+                                "trim": True}, self.cfg.run_timeout_s * 2)
+        if not reply.get("ok"):
+            raise ReferenceFailed(str(reply.get("reason")))
+        return decode_trials(self.w, reply, mapped=self._mapped, keep_mapped=True)[0]
+
+    def release(self) -> None:
+        self._mapped.clear()
+
+    def close(self, wait: bool = False) -> None:
+        self.release()
+        self.w.close(wait=wait)

@@ -15,6 +15,7 @@ reference is dropped once no pending candidate needs it and the cache is over `c
 from __future__ import annotations
 
 import collections
+import contextvars
 import threading
 from typing import Callable
 
@@ -54,15 +55,27 @@ class ReferenceCache:
         self.phases: dict[str, dict] = {}  # task hash -> where its reference's time went
 
     def get(self, task: Task) -> ReferenceHandle:
-        """The task's reference run: the cached one, else one started now in its own thread."""
+        """The task's reference run: the cached one, else one started now in its own thread
+        (in the caller's context: a judgement running alone passes its ticket on,
+        memory_gate.py)."""
         with self._cond:
             entry = self._entries.get(task.hash)
             if entry is not None:
                 return entry
             entry = self._entries[task.hash] = ReferenceHandle()
-        threading.Thread(target=self._run, args=(task, entry), daemon=True,
+        ctx = contextvars.copy_context()
+        threading.Thread(target=ctx.run, args=(self._run, task, entry), daemon=True,
                          name=f"kz-reference-{task.hash[:8]}").start()
         return entry
+
+    def restart(self, task: Task) -> ReferenceHandle:
+        """`get`, except that a run still in progress or failed is replaced by a new one started
+        now (a judgement running alone: the run in progress may be held back until it ends)."""
+        with self._cond:
+            entry = self._entries.get(task.hash)
+            if entry is not None and not (entry.done.is_set() and entry.run and entry.run.ok):
+                del self._entries[task.hash]
+        return self.get(task)
 
     # -- bookkeeping by the batch ------------------------------------------------------------
     def expect(self, task_hash: str, n: int = 1) -> None:
@@ -105,9 +118,21 @@ class ReferenceCache:
             if entry is not None and entry.done.is_set() and not (entry.run and entry.run.ok):
                 del self._entries[task_hash]
 
-    def clear(self) -> None:
+    def clear(self, keep: str | None = None) -> None:
+        """Drop every finished reference but `keep`'s (their memory goes once no judgement
+        holds their handles)."""
         with self._cond:
-            self._entries = {h: e for h, e in self._entries.items() if not e.done.is_set()}
+            self._entries = {h: e for h, e in self._entries.items()
+                             if h == keep or not e.done.is_set()}
+
+    def reclaim(self, force: bool = False) -> None:
+        """Drop the finished references no pending candidate needs (`force`: every finished
+        one; a candidate still to come computes its reference again). The memory gate's
+        reclaim (memory_gate.py)."""
+        with self._cond:
+            self._entries = {h: e for h, e in self._entries.items()
+                             if not e.done.is_set() or (self._pending[h] > 0 and not force)}
+            self._cond.notify_all()
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -64,9 +64,11 @@ def _trial_ruling(exp, got, label: str, backend: str, passed: int, cmp, cmp_inpu
 
 
 def timed_verdict(cfg: EvalConfig, gpu_name: str | None, ref: ReferenceRun, backend: str, stats,
-                  reply: dict, judge_wall_ms: float, outputs: dict) -> Verdict:
+                  reply: dict, judge_wall_ms: float, outputs: dict, cmps=None) -> Verdict:
     """The verdict from a `time` reply: timed outputs re-checked, times cross-checked against
-    the judge's own clock (`judge_wall_ms`) and the roofline."""
+    the judge's own clock (`judge_wall_ms`) and the roofline. `cmps`: (index, comparison) of
+    the outputs that came back, where the caller compared them (else compared here, in one
+    transfer)."""
     if not reply.get("ok"):
         return Verdict(status=worker_status(reply.get("status")), backend=backend,
                        reason=f"raised during the timed calls: {reply.get('reason')}")
@@ -74,9 +76,11 @@ def timed_verdict(cfg: EvalConfig, gpu_name: str | None, ref: ReferenceRun, back
         if idx not in outputs:
             return Verdict(status="incorrect", backend=backend, flags=["timed_output_missing"],
                            reason=f"timed call {idx} produced no output to re-check")
-    cmps = compare_many([(exp.outputs, outputs[idx]) for idx, exp in ref.timed.items()],
-                        cfg.tolerance_for, cfg.device)  # read in one transfer
-    for idx, cmp in zip(ref.timed, cmps):
+    if cmps is None:
+        cmps = list(zip(ref.timed, compare_many(
+            [(exp.outputs, outputs[idx]) for idx, exp in ref.timed.items()],
+            cfg.tolerance_for, cfg.device)))
+    for idx, cmp in cmps:
         if not cmp.ok:
             return Verdict(status="incorrect", backend=backend,
                            flags=cmp.flags + ["timed_output_mismatch"],

@@ -21,9 +21,13 @@ def _derive(secret: int, *parts) -> int:
 class Trial:
     seed: int
     dist: str = "task"  # task = the reference's own get_inputs; others re-draw float inputs
+    poke: int = 0       # non-zero: a few input elements changed in place (trials.poke)
 
     def as_dict(self) -> dict:
-        return {"seed": self.seed, "dist": self.dist}
+        d = {"seed": self.seed, "dist": self.dist}
+        if self.poke:
+            d["poke"] = self.poke
+        return d
 
 
 @dataclass
@@ -34,8 +38,15 @@ class Schedule:
 
 
 def make_schedule(secret: int, task_hash: str, n_trials: int, hardening: tuple[str, ...],
-                  n_timed: int, n_checked: int, check_within: int) -> Schedule:
+                  n_timed: int, n_checked: int, check_within: int,
+                  poke_trial: bool = False) -> Schedule:
+    """`poke_trial`: after the second correctness trial (the first whose inputs a candidate
+    gets in the buffers of the one before), the same inputs again in the same buffers with a
+    few elements changed (trials.py)."""
     corr = [Trial(_derive(secret, task_hash, "c", i)) for i in range(n_trials)]
+    if poke_trial:
+        at = min(2, len(corr))
+        corr.insert(at, Trial(corr[at - 1].seed, poke=_derive(secret, task_hash, "p") | 1))
     corr += [Trial(_derive(secret, task_hash, "h", d), d) for d in hardening]
     timing = [_derive(secret, task_hash, "t", i) for i in range(n_timed)]
     rng = random.Random(_derive(secret, task_hash, "pick"))

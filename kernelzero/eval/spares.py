@@ -30,6 +30,7 @@ class SparePool:
         self._waiting = 0  # takers waiting for a spare
         self._lock = threading.Lock()
         self._closed = False
+        self._paused = False  # `pause`: no spare kept (a judgement runs alone)
         # Spares hold temp dirs (on /dev/shm): close them even if the owner forgets to.
         ref = weakref.ref(self)
         atexit.register(lambda: ref() is not None and ref().close())
@@ -60,7 +61,7 @@ class SparePool:
                     return self._ready.get(timeout=0.05)
                 except queue.Empty:
                     with self._lock:
-                        if self._closed or self._starting < self._waiting:
+                        if self._closed or self._paused or self._starting < self._waiting:
                             self._waiting -= 1
                             counted = False
                             return None
@@ -126,10 +127,25 @@ class SparePool:
             raise
         return w
 
+    def pause(self) -> None:
+        """Close the ready spares and keep none until `resume` (each holds a CUDA context and
+        library workspaces: a judgement that must run alone gets that memory back). `take`
+        still works: it starts a worker of its own."""
+        with self._lock:
+            self._paused = True
+        self._drain()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._paused = False
+        self._refill()
+
     def _refill(self) -> None:
         if self.size <= 0:
             return
         with self._lock:
+            if self._paused:
+                return
             want = self.size if self._expected is None else \
                 min(self.size, self._expected + self._waiting)
             missing = want - self._ready.qsize() - self._starting
@@ -146,7 +162,7 @@ class SparePool:
             w = None
         with self._lock:
             self._starting -= 1
-            closed = self._closed
+            closed = self._closed or self._paused
         if w is not None:
             if closed:
                 w.close()
@@ -156,6 +172,9 @@ class SparePool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        self._drain()
+
+    def _drain(self) -> None:
         while True:
             try:
                 self._ready.get_nowait().close()

@@ -50,6 +50,10 @@ def encode(obj, fh, depth: int = 0, sharing=None) -> dict:
         if sharing is not None and t.is_cuda and t.numel() * t.element_size() >= \
                 max(1, sharing.min_bytes):
             from kernelzero.eval.cuda_ipc import copy_to_share, share
+            if 0 < sharing.in_place_bytes <= t.numel() * t.element_size():
+                desc["ipc"] = share(t)  # as it is (a reference's large output: see Sharing)
+                sharing.keep.append(t)
+                return desc
             # A copy made in the current stream's order, before any device-wide synchronize (as
             # the host path does): work still running on an unjoined side stream races with it.
             placed = sharing.arena.place(torch, t) if sharing.arena is not None else None

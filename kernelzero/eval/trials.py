@@ -1,11 +1,25 @@
 """How a sandbox worker runs the correctness trials (the worker's `run` command).
 
 Runs inside the worker process (worker.Worker.run calls `run_trials` with the candidate's
-allocations poisoned). For each trial, in order: fresh inputs from the reference's
-`get_inputs` under the trial's seed (every other trial written into the first trial's buffers),
-a pristine copy and a checksum of them, one forward, its outputs written (or shared) in the
-stream's order before a device-wide synchronize, then the mutation check. The checksum and the
-mutation check come back in one transfer per trial.
+allocations poisoned). For each trial, in order: fresh inputs from the reference's `get_inputs`
+under the trial's seed, written into the previous trial's buffers by every other trial of a
+candidate (`reuse`; the judge numbers the trials, `index`, so the rule holds across requests),
+a few elements changed in place where the trial says `poke`, a pristine copy and a checksum of
+them, one forward, its outputs written (or shared) in the stream's order before a device-wide
+synchronize, then the mutation check. The checksum and the mutation check come back in one
+transfer per trial; both are computed in chunks, so a trial holds its inputs, their pristine
+copy and what the forward allocates, and no scratch the size of an input (KernelBench's inputs
+reach 16 GiB).
+
+Inputs larger than COPY_MAX_BYTES in all are never held twice: a candidate's old buffers are
+dropped before the new draw (the caching allocator hands the same blocks back: the same
+addresses, new values), and the mutation check compares checksums taken before and after the
+call instead of a pristine copy. So a trial holds one set of inputs and what the forward
+allocates, whatever the inputs' size (a task whose inputs take half the GPU can be judged).
+
+The poke trial follows a trial with the same seed in the same buffers: to the module, the same
+input buffers with a few elements changed. A kernel that memoises its result by a sample of its
+input (a few values at fixed positions) answers with the stale result there.
 """
 from __future__ import annotations
 
@@ -14,34 +28,55 @@ import traceback
 
 from kernelzero.eval.failures import classify, one_line
 
+CHUNK = 1 << 24          # elements per chunk of the checksum and the mutation check
+POKE_ELEMENTS = 8        # elements of each input tensor a poke changes
+COPY_MAX_BYTES = 1 << 30  # inputs larger than this are never held twice (see run_trials)
+
 
 def run_trials(worker, cmd: dict, results: list) -> dict:
-    """Every other trial writes its fresh values into the first trial's buffers, so a result
-    cached by input address (or by buffer identity) is wrong there."""
+    """Every other trial of a candidate (odd `index`) and every poke trial write their fresh
+    values into the buffers of the trial before them (kept by the worker across requests), so
+    a result cached by input address (or by buffer identity) is wrong there; the others' fresh
+    buffers replace them. A reference (`reuse` false) keeps no buffers."""
     torch = worker.torch
-    base, peak_seen = None, 0
+    reuse = bool(cmd.get("reuse", worker.role == "candidate"))
+    peak_seen = 0
     for n, trial in enumerate(cmd["trials"]):
         seed, dist = int(trial["seed"]), trial.get("dist", "task")
+        index, poke_seed = int(trial.get("index", n)), int(trial.get("poke", 0))
         t_in = time.perf_counter()
+        base = worker._base
+        into_base = reuse and base is not None and (index % 2 == 1 or bool(poke_seed))
+        if into_base and tensor_bytes(torch, base) > COPY_MAX_BYTES:
+            # Too large to hold twice: the old buffers go first, and the caching allocator
+            # hands the same blocks to the new draw (the same addresses, new values).
+            worker._base = base = None
+            into_base = False
         try:
             inputs = worker.make_inputs(seed, dist)
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": "input_error", "reason": one_line(e)}
-        if base is None:
-            base = inputs
-        elif n % 2 == 1 and _same_layout(torch, base, inputs):
+        if into_base and _same_layout(torch, base, inputs):
             for b, f in zip(base, inputs):
                 if isinstance(b, torch.Tensor):
                     b.copy_(f)
             inputs = list(base)
+        elif reuse:
+            worker._base = base = inputs  # the buffers the next trial writes into
+        if poke_seed:
+            poke(torch, inputs, poke_seed)
         t_drawn = time.perf_counter()
-        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        # Unchanged inputs: bitwise against a pristine copy, or, for inputs too large to
+        # copy, two checksums taken before and after the call.
+        small = tensor_bytes(torch, inputs) <= COPY_MAX_BYTES
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] \
+            if small else [_checksums(torch, x) for x in inputs]
         digest = worker.digest_parts(inputs)  # queued before the forward: the values it gets
-        entry = {"seed": seed, "dist": dist,
+        entry = {"seed": seed, "dist": dist, "poke": poke_seed,
                  "input_bytes": sum(x.numel() * x.element_size() for x in inputs
                                     if isinstance(x, torch.Tensor))}
         if cmd.get("return_inputs"):
-            entry["inputs"] = worker._write(f"in_{seed}_{dist}.bin", pristine)
+            entry["inputs"] = worker._write(f"in_{n}_{seed}_{dist}.bin", inputs)
         t0 = time.perf_counter()
         cuda = worker.device == "cuda"
         if cuda:  # this forward's own footprint: inputs + what it allocates at its peak
@@ -59,27 +94,18 @@ def run_trials(worker, cmd: dict, results: list) -> dict:
             # Copy the outputs to the host in the order of the current stream *before* any
             # device-wide synchronize: work left running on an unjoined side stream (which
             # a real consumer of the output would race with) is then caught as wrong values.
-            entry["outputs"] = worker._write(f"out_{seed}_{dist}.bin", out, sizes_arena=True)
+            entry["outputs"] = worker._write(f"out_{n}_{seed}_{dist}.bin", out, sizes_arena=True)
             worker._sync()
         except BaseException as e:  # noqa: BLE001
-            status = "runtime_error"
-            if isinstance(e, SystemExit):
-                status = "rejected"
-                reason = f"the module called sys.exit({e.code}) during forward"
-            else:
-                status, reason = classify(e, "run"), one_line(e)
-                if "out of memory" in str(e).lower():
-                    reason = "ran out of memory: " + reason
-            return {"ok": False, "status": status, "reason": reason,
-                    "detail": traceback.format_exc()[-2000:], "trial": seed}
+            return _failed_trial(worker, e, seed)
         entry["wall_ms"] = (time.perf_counter() - t0) * 1e3
         entry["inputs_ms"] = (t0 - t_in) * 1e3  # fresh inputs, their pristine copy, digest
         entry["draw_ms"] = (t_drawn - t_in) * 1e3  # of which the fresh inputs (host time)
         t1 = time.perf_counter()
         # The digest and the mutation check come back in one transfer (each waits for the
         # GPU, which other processes' work shares: fewer of them, shorter GPU-lock holds).
-        same = [(i, _same(torch, a, b)) for i, (a, b) in enumerate(zip(inputs, pristine))
-                if isinstance(a, torch.Tensor)]
+        same = [(i, _same(torch, a, b) if small else _same_checksums(torch, a, b))
+                for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor)]
         pending = digest + [f for _, f in same if isinstance(f, torch.Tensor)]
         values = torch.stack([v.to(torch.float64) for v in pending]).tolist() if pending else []
         entry["input_digest"] = sum(values[:len(digest)])
@@ -87,7 +113,7 @@ def run_trials(worker, cmd: dict, results: list) -> dict:
         mutated = [i for i, f in same if not (next(flags) if isinstance(f, torch.Tensor) else f)]
         entry["mutated"] = mutated
         if mutated:
-            entry["inputs_after"] = worker._write(f"inafter_{seed}_{dist}.bin",
+            entry["inputs_after"] = worker._write(f"inafter_{n}_{seed}_{dist}.bin",
                                                 [inputs[i] for i in mutated])
         entry["mutation_check_ms"] = (time.perf_counter() - t1) * 1e3
         del out, inputs, pristine
@@ -99,6 +125,86 @@ def run_trials(worker, cmd: dict, results: list) -> dict:
         reply["forward_peak_bytes"] = max((r.get("forward_peak_bytes", 0) for r in results),
                                           default=0)
     return reply
+
+
+def _failed_trial(worker, e: BaseException, seed: int) -> dict:
+    """The reply for a trial that raised. Out of memory: with the bytes this process held at
+    its peak, so the judge can say what the module needed."""
+    if isinstance(e, SystemExit):
+        return {"ok": False, "status": "rejected", "trial": seed,
+                "reason": f"the module called sys.exit({e.code}) during forward"}
+    reply = {"ok": False, "status": classify(e, "run"), "reason": one_line(e),
+             "detail": traceback.format_exc()[-2000:], "trial": seed}
+    if "out of memory" in str(e).lower():
+        reply["reason"] = "ran out of memory: " + reply["reason"]
+        if worker.device == "cuda":
+            try:
+                reply["peak_mem_bytes"] = allocated_bytes(worker.torch)[1]
+            except Exception:  # noqa: BLE001 - a figure for the message only
+                pass
+    return reply
+
+
+def poke(torch, inputs: list, seed: int) -> None:
+    """Change POKE_ELEMENTS elements of each input tensor in place, at positions drawn from
+    `seed`: each takes the value of another element of the same tensor, so it stays within the
+    input's own values (indices stay valid indices, probabilities stay probabilities)."""
+    g = torch.Generator().manual_seed(seed)
+    for x in inputs:
+        if not isinstance(x, torch.Tensor) or x.numel() < 2:
+            continue
+        at = torch.randint(x.numel(), (2, POKE_ELEMENTS), generator=g).to(x.device)
+        dst = torch.unravel_index(at[0], x.shape)
+        src = torch.unravel_index(at[1], x.shape)
+        x.index_put_(dst, x[src])
+
+
+def tensor_bytes(torch, xs) -> int:
+    return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
+
+
+def _checksums(torch, x):
+    """Two float64 checksums of a tensor, as a 2-element tensor on its device (None for a
+    non-tensor): the sum of |x| and a position-weighted sum (a move or a sign change shows in
+    one of them). A change that keeps both takes a deliberate effort; the inputs too large to
+    copy (COPY_MAX_BYTES) are checked this way."""
+    if not isinstance(x, torch.Tensor):
+        return None
+    flat = x.detach().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    parts = []
+    for i in range(0, flat.numel(), CHUNK):
+        c = flat[i:i + CHUNK].to(torch.float64)
+        w = torch.arange(i, i + c.numel(), device=c.device, dtype=torch.float64) \
+            .mul_(0.6180339887).remainder_(1.0).add_(0.5)
+        parts.append(torch.stack([c.abs().sum(), c.mul_(w).sum()]))
+    return torch.stack(parts).sum(0) if parts else torch.zeros(2, dtype=torch.float64,
+                                                                 device=x.device)
+
+
+def _same_checksums(torch, a, before):
+    """Whether `a` still has the checksums `before` (NaN matching NaN), as a 0-d bool tensor."""
+    if before is None:
+        return False
+    after = _checksums(torch, a)
+    return ((after == before) | (torch.isnan(after) & torch.isnan(before))).all()
+
+
+def abs_sum(torch, x):
+    """The sum of |x| in float64 as a 0-d tensor on x's device, in chunks of CHUNK elements
+    (a whole-tensor `abs().sum(dtype=float64)` makes an |x| and a float64 copy of it)."""
+    flat = x.reshape(-1)
+    parts = [_abs_sum_part(torch, flat[i:i + CHUNK]) for i in range(0, flat.numel(), CHUNK)]
+    if not parts:
+        return torch.zeros((), dtype=torch.float64, device=x.device)
+    return parts[0] if len(parts) == 1 else torch.stack(parts).sum()
+
+
+def _abs_sum_part(torch, c):
+    if c.is_complex() or c.dtype == torch.bool:
+        return c.double().abs().sum()
+    return c.abs().sum(dtype=torch.float64)
 
 
 def allocated_bytes(torch) -> tuple[int, int]:
@@ -119,9 +225,19 @@ def _same_layout(torch, a: list, b: list) -> bool:
 
 def _same(torch, a, b):
     """Bitwise-equal values (NaN equals NaN): did the call leave this input unchanged? A 0-d
-    bool tensor on the inputs' device (read by the caller), or False when shape or dtype changed."""
+    bool tensor on the inputs' device (read by the caller), or False when shape or dtype
+    changed. Compared in chunks of CHUNK elements (no whole-input boolean scratch)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    if not fa.numel():
+        return True
+    parts = [_same_part(torch, fa[i:i + CHUNK], fb[i:i + CHUNK])
+             for i in range(0, fa.numel(), CHUNK)]
+    return parts[0] if len(parts) == 1 else torch.stack(parts).all()
+
+
+def _same_part(torch, a, b):
     if a.is_floating_point() or a.is_complex():
         return ((a == b) | (torch.isnan(a) & torch.isnan(b))).all()
     return (a == b).all()

@@ -71,6 +71,9 @@ class Verdict:
     # How the timed loops ran, for "candidate" and "reference": warm-up calls, launch spin,
     # calls whose launch outlasted it, allocator calls inside the loop (diagnostics only).
     timing_details: dict = field(default_factory=dict)
+    # Device memory (bytes): the task's footprint (footprint.py), what the judgement was admitted
+    # for, the peaks the candidate's and the reference's workers reached, whether streamed.
+    memory: dict = field(default_factory=dict)
     log_tail: str = ""                # last lines the candidate printed (for debugging only)
 
     @property

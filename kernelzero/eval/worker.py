@@ -5,10 +5,13 @@ scrubbed environment. It reads one JSON command per line on stdin and answers on
 private copy of the original stdout; the candidate's own prints go to a log file (fd 1 and 2 are
 redirected), so nothing it prints can be mistaken for a reply.
 
-Commands: `load` (import the module file, build the model under a seed), `arena` (allocate and
-share the memory its CUDA outputs are copied into: cuda_ipc.Arena), `run` (fresh inputs per
-seed, forward, write outputs: trials.py), `time` (CUDA-event timing with fresh inputs every call:
-timer.py), `exit`.
+Commands: `load` (import the module file, build the model under a seed; a reference's
+footprint: footprint.py), `reserve` (device memory for the trials, once the judge admitted them:
+reserve.py), `arena` (allocate and share the memory its CUDA outputs are copied into:
+cuda_ipc.Arena), `build` (the model to the device), `run` (fresh inputs per seed, forward, write
+outputs: trials.py), `time` (CUDA-event timing with fresh inputs every call: timer.py), `exit`.
+Commands may ask for `trim`: the caching allocator's unused blocks go back to the driver once the
+command is done (a large task's judgement runs a reference and a candidate side by side).
 
 What this file does NOT defend against: a candidate can, in principle, forge this process's
 replies. The judge therefore trusts only the outputs it compares itself, checks timings for
@@ -25,11 +28,14 @@ import time
 import traceback
 
 # Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
+from kernelzero.eval.builds import install_load_inline_cache, mentions
 from kernelzero.eval.failures import classify, one_line
 from kernelzero.eval.library_share import KernelProfile
-from kernelzero.eval.reserve import hand_to_allocator, input_bytes, warm_fake_mode, weight_bytes
+from kernelzero.eval.footprint import measure, warm_fake_mode
+from kernelzero.eval.reserve import hand_to_allocator
 from kernelzero.eval.timer import capture_primitives, l2_reset_function, time_calls
 from kernelzero.eval.trials import run_trials
+from kernelzero.eval.warm_libraries import warm_cuda_libraries
 
 _REPLY = None  # file object on the private reply fd
 
@@ -85,52 +91,50 @@ class Worker:
         self._arena = None  # the allocation shared outputs are copied into (cuda_ipc.Arena):
         self._arena_wanted = False  # from the `arena` command, or made at the first share
         self._arena_slots = 0  # (load's `ipc_arena`) with room for this many outputs like it
+        self._base = None  # the first trial's input buffers, which later trials write into
+        self._in_place_bytes = 0  # a reference's outputs this large are shared, not copied
 
     # ------------------------------------------------------------------ inputs
     def make_inputs(self, seed: int, dist: str = "task"):
-        """Inputs from the reference's own `get_inputs`, seeded, created directly on the device."""
+        """Inputs from the reference's own `get_inputs`, seeded, created directly on the device.
+        A re-drawn input replaces its original before it is made (one input's worth of memory
+        less at a draw: KernelBench's inputs reach 16 GiB)."""
         torch = self.torch
         torch.manual_seed(seed)
         with torch.device(self.device):
-            inputs = list(self.ref.get_inputs())
-        out = []
-        for x in inputs:
+            out = list(self.ref.get_inputs())
+        for i, x in enumerate(out):
             if isinstance(x, torch.Tensor):
-                x = x.to(self.device)
+                x = out[i] = x.to(self.device)
                 if dist != "task" and x.is_floating_point():
-                    x = self._redistribute(x, dist)
-            out.append(x)
+                    shape, dtype = x.shape, x.dtype
+                    out[i] = x = None
+                    out[i] = self._redistribute(shape, dtype, dist)
         return out
 
-    def _redistribute(self, x, dist: str):
-        """Other value distributions of the same shape and dtype (hardening trials)."""
+    def _redistribute(self, shape, dtype, dist: str):
+        """Other value distributions of the same shape and dtype (hardening trials), computed in
+        place: one float32 tensor of the shape (and chunk-sized scratch) at a time."""
         torch = self.torch
-        g = torch.randn(x.shape, device=x.device, dtype=torch.float32)
-        if dist == "normal":
-            y = g
-        elif dist == "scaled":
-            y = g * 8.0 + 3.0
+        g = torch.randn(shape, device=self.device, dtype=torch.float32)
+        if dist == "scaled":
+            g.mul_(8.0).add_(3.0)
         elif dist == "heavy":
-            y = g / torch.rand(x.shape, device=x.device).clamp_min(0.05)
-        else:
+            flat, chunk = g.view(-1), 1 << 24
+            for i in range(0, flat.numel(), chunk):
+                part = flat[i:i + chunk]
+                part.div_(torch.rand(part.shape, device=self.device).clamp_min_(0.05))
+        elif dist != "normal":
             raise ValueError(f"unknown input distribution {dist!r}")
-        return y.to(x.dtype)
+        return g.to(dtype)
 
     def digest_parts(self, inputs) -> list:
         """Each input tensor's checksum (the sum of |x| in float64) times its position, as 0-d
         tensors still on the device: read later, in one transfer with the mutation check (their
-        sum is the trial's `input_digest`)."""
-        torch = self.torch
-        parts = []
-        for i, x in enumerate(inputs):
-            if isinstance(x, torch.Tensor) and x.numel():
-                x = x.detach()
-                if x.is_complex() or x.dtype == torch.bool:
-                    s = x.double().abs().sum()
-                else:  # summed in float64 without a float64 copy of the whole input
-                    s = x.abs().sum(dtype=torch.float64)
-                parts.append(s * (i + 1))
-        return parts
+        sum is the trial's `input_digest`). Summed in chunks: no scratch the size of an input."""
+        from kernelzero.eval.trials import abs_sum
+        return [abs_sum(self.torch, x.detach()) * (i + 1) for i, x in enumerate(inputs)
+                if isinstance(x, self.torch.Tensor) and x.numel()]
 
     # ------------------------------------------------------------------ commands
     def warm(self, cmd: dict) -> dict:
@@ -146,13 +150,13 @@ class Worker:
             try:
                 if stage == "imports":
                     import triton  # noqa: F401
-                    if cuda:  # `load` estimates the memory to reserve under FakeTensorMode
+                    if cuda:  # a reference's `load` measures its footprint under FakeTensorMode
                         warm_fake_mode(self.torch)
                 elif cuda and stage == "context":
                     self.torch.cuda.init()
                     self.torch.zeros(1, device="cuda")  # the context is made at the first use
                 elif cuda and stage == "libraries":
-                    _warm_cuda_libraries(self.torch)
+                    warm_cuda_libraries(self.torch)
                 elif cuda and stage == "dry_run":
                     self._dry_run(cmd.get("transfer", "ipc"))
                     # EvalConfig.spare_reserve_mb: kept by this process's caching allocator
@@ -181,6 +185,7 @@ class Worker:
         finally:
             self.device, self.transfer, self.ref, self.model = "cpu", "host", None, None
             self._keep.clear()
+            self._base = None
             self._arena = None
             for name in os.listdir(self.out_dir):
                 if name.startswith("out_"):
@@ -195,9 +200,13 @@ class Worker:
         model's weights reach the GPU in `build`, which the judge runs with the GPU held.
         """
         self.device = cmd["device"]
-        for var, sub in (("TORCH_EXTENSIONS_DIR", "torch_extensions"), ("TRITON_CACHE_DIR", "triton")):
-            if cmd.get("build_dir"):  # one build cache per candidate source, chosen by the judge
-                os.environ[var] = os.path.join(cmd["build_dir"], sub)
+        build_dir = cmd.get("build_dir")
+        if build_dir:  # private to this worker, seeded by the judge with a cached build (builds.py)
+            for var, sub in (("TORCH_EXTENSIONS_DIR", "torch_extensions"),
+                             ("TRITON_CACHE_DIR", "triton")):
+                os.environ[var] = os.path.join(build_dir, sub)
+        if cmd.get("compile_jobs"):  # torch's ninja builds (builds.compile_jobs)
+            os.environ["MAX_JOBS"] = str(int(cmd["compile_jobs"]))
         self.transfer = cmd.get("transfer", "host")
         self._pool_wanted = self.transfer == "ipc" and bool(cmd.get("ipc_pool"))
         self._ipc_min_bytes = int(cmd.get("ipc_min_bytes", 0))
@@ -206,6 +215,8 @@ class Worker:
         try:
             self.ref = _import_file(cmd["task_path"], "kz_reference")
             if self.role == "candidate":
+                if build_dir and mentions(cmd["candidate_path"], "cpp_extension"):
+                    install_load_inline_cache(build_dir)
                 self.cand = _import_file(cmd["candidate_path"], "kz_candidate")
                 if not hasattr(self.cand, "ModelNew"):
                     return {"ok": False, "status": "format_error",
@@ -213,26 +224,23 @@ class Worker:
         except BaseException as e:  # noqa: BLE001 - every failure becomes a reply
             return _failure(e, "import")
         info = self.construct(int(cmd["init_seed"])) if "init_seed" in cmd else {"ok": True}
-        if info["ok"] and cmd.get("reserve_factor") and self._cuda_ready():
-            try:
-                info["reserved_bytes"] = self.reserve(float(cmd["reserve_factor"]),
-                                                      int(cmd.get("reserve_max_bytes", 0)))
-            except Exception:  # noqa: BLE001 - only saves time; a broken context shows in build
-                info["reserved_bytes"] = 0
+        if info["ok"] and cmd.get("footprint") and self.role == "reference":
+            info["footprint"] = measure(self.torch, self.ref).to_dict()
         return info
 
-    def reserve(self, factor: float, max_bytes: int) -> int:
+    def reserve(self, cmd: dict) -> dict:
         """Device memory for the trials, taken from the driver now, outside the judge's GPU lock
-        (reserve.py): `factor` times one call's input bytes plus the model's weights, at most
-        `max_bytes` (0: no cap) and an eighth of the free memory. Returns the bytes reserved
-        (0 when the size is unknown)."""
+        and once the judge admitted the judgement (reserve.py): `bytes`, at most what is free
+        less a GiB. Returns the bytes reserved (0 off cuda or without a CUDA context yet)."""
+        if not self._cuda_ready():
+            return {"ok": True, "reserved_bytes": 0}
         torch = self.torch
-        need = input_bytes(torch, self.ref.get_inputs, self.device)
-        if not need:
-            return 0
-        need = int(factor * need) + weight_bytes(torch, self.model)
-        cap = torch.cuda.mem_get_info()[0] // 8  # other workers load and run beside this one
-        return hand_to_allocator(torch, min(need, cap, max_bytes or cap))
+        try:
+            room = torch.cuda.mem_get_info()[0] - 2**30
+            return {"ok": True, "reserved_bytes": hand_to_allocator(
+                torch, min(int(cmd.get("bytes", 0)), room))}
+        except Exception:  # noqa: BLE001 - only saves time; a broken context shows in build
+            return {"ok": True, "reserved_bytes": 0}
 
     def _cuda_ready(self) -> bool:
         """On cuda with the context already made (a warmed spare): making one is GPU work."""
@@ -308,6 +316,16 @@ class Worker:
         if self.device == "cuda":
             self.primitives["sync"]()  # captured before untrusted code: it cannot be patched
 
+    def trim(self) -> None:
+        """Hand the caching allocator's unused blocks back to the driver (the command's `trim`):
+        what the process still holds is then what it uses."""
+        if self.device == "cuda" and self.torch.cuda.is_initialized():
+            try:
+                self.primitives["sync"]()
+                self.torch.cuda.empty_cache()
+            except Exception:  # noqa: BLE001 - a broken context shows in the next command
+                pass
+
     def begin_command(self) -> None:
         """The judge has copied everything shared for the last command: let it go."""
         self._keep.clear()
@@ -342,14 +360,15 @@ class Worker:
             self._ensure_pool()
         if sizes_arena and self._arena_wanted and self.transfer == "ipc":
             try:
-                need = self._arena_slots * shared_bytes(obj, self._ipc_min_bytes)
+                need = self._arena_slots * shared_bytes(obj, self._ipc_min_bytes,
+                                                        in_place_bytes=self._in_place_bytes)
             except Exception:  # noqa: BLE001 - an odd output object: no arena, nothing else changes
                 need = 0
             if need:
                 self._arena_wanted = False
                 self._arena = Arena.allocate(self.torch, need, self._share_pool)
-        sharing = Sharing(self._keep, self._share_pool, self._ipc_min_bytes, self._arena) \
-            if self.transfer == "ipc" else None
+        sharing = Sharing(self._keep, self._share_pool, self._ipc_min_bytes, self._arena,
+                          self._in_place_bytes) if self.transfer == "ipc" else None
         path = os.path.join(self.out_dir, name)
         with open(path, "wb") as fh:
             desc = encode(obj, fh, sharing=sharing)
@@ -365,6 +384,8 @@ class Worker:
         torch = self.torch
         results = []
         self._arena_slots = len(cmd["trials"])
+        self._in_place_bytes = int(cmd.get("share_in_place_bytes", 0)) \
+            if self.role == "reference" else 0
         poison = bool(cmd.get("poison"))
         if poison:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -415,27 +436,6 @@ class Worker:
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": classify(e, "time"), "reason": one_line(e),
                     "detail": traceback.format_exc()[-2000:]}
-
-def _warm_cuda_libraries(torch) -> None:
-    """One small call of each library a module is likely to use: cuBLAS (fp32, fp16, bf16),
-    cuDNN (convolution), and common elementwise, reduction and normalisation kernels."""
-    F = torch.nn.functional
-    with torch.no_grad():
-        x = torch.randn(64, 64, device="cuda")
-        for dt in (torch.float32, torch.float16, torch.bfloat16):
-            y = x.to(dt)
-            (y @ y).sum()
-            torch.bmm(y[None], y[None])
-        F.linear(x, x, x[0])
-        img = torch.randn(2, 8, 16, 16, device="cuda")
-        F.conv2d(img, torch.randn(8, 8, 3, 3, device="cuda"), padding=1)
-        F.conv1d(img[:, :, 0], torch.randn(8, 8, 3, device="cuda"))
-        F.max_pool2d(img, 2), F.avg_pool2d(img, 2)
-        F.layer_norm(x, (64,)), F.group_norm(img, 2), F.batch_norm(img, None, None, training=True)
-        F.softmax(x, -1), F.log_softmax(x, -1), x.logsumexp(-1)
-        F.relu(x), F.gelu(x), F.silu(x), torch.tanh(x), torch.sigmoid(x)
-        x.sum(0), x.mean(-1), x.amax(-1), x.argmax(-1), x.cumsum(-1)
-
 
 def _network_isolated() -> bool:
     """Only loopback in this process's network namespace (asked of the kernel: /sys/class/net in
@@ -488,15 +488,18 @@ def main() -> None:
             break
         handler = {"load": worker.load, "build": worker.build, "run": worker.run,
                    "time": worker.time, "warm": worker.warm, "arena": worker.arena,
-                   "profile": worker.profile}.get(op)
+                   "profile": worker.profile, "reserve": worker.reserve}.get(op)
         worker.begin_command()
         if handler is None:
             _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
             continue
         try:
-            _reply(handler(cmd))
+            reply = handler(cmd)
         except BaseException as e:  # noqa: BLE001 - never die silently on a bad command
-            _reply({"ok": False, "status": "runtime_error", "reason": one_line(e)})
+            reply = {"ok": False, "status": "runtime_error", "reason": one_line(e)}
+        if cmd.get("trim"):
+            worker.trim()
+        _reply(reply)
     # stdin closed: the judge is done with us, or died. Our private directory goes with us.
     import shutil
     shutil.rmtree(os.getcwd(), ignore_errors=True)
