@@ -14,7 +14,6 @@ In order (evaluator.Evaluator._judge_in_worker loads the candidate and gets the 
 """
 from __future__ import annotations
 
-import os
 import time
 
 from kernelzero.eval.compare import compare_many
