@@ -191,6 +191,24 @@ def test_the_bwrap_command_mounts_in_order(monkeypatch, tmp_path):
     assert f"--perms 0711 --dir {parent}" in line and "/dev/nvidia" not in line
 
 
+def test_a_compiler_outside_the_system_folders_is_shown_to_cuda_workers(monkeypatch, tmp_path):
+    """Triton builds its launcher with $CC (the H200 image's is /opt/gcc/bin/gcc): a jail without
+    the compiler's prefix fails every Triton candidate on cuda with FileNotFoundError."""
+    monkeypatch.setattr(jail, "probe", lambda: ("/usr/bin/bwrap", ""))
+    prefix = tmp_path / "opt" / "gcc"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    cc = prefix / "bin" / "gcc"
+    cc.write_text("#!/bin/sh\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CC", str(cc))
+    assert str(prefix) in jail.toolchain_dirs()
+    (tmp_path / "tree" / "kernelzero").mkdir(parents=True)
+    iso = jail.Isolation("bwrap", own_uid=True, pid_namespace=False, shared_shm=True)
+    line = " ".join(jail.bwrap_command(iso, str(tmp_path / "w"), str(tmp_path / "tree"), "cuda"))
+    assert f"--ro-bind {prefix} {prefix}" in line
+
+
 def test_worker_uids_are_held_until_released():
     a, b = WorkerUid.reserve(), WorkerUid.reserve()
     try:

@@ -255,13 +255,37 @@ def python_dirs(package_root: str) -> list[str]:
     return sorted(out, key=len)
 
 
+# Compilers Triton (its launcher stub) and load_inline call, by variable and by name.
+COMPILER_VARS = ("CC", "CXX")
+COMPILERS = ("cc", "c++", "gcc", "g++", "clang", "nvcc", "ninja")
+
+
+def toolchain_dirs() -> list[str]:
+    """Install prefixes of the compilers outside the system folders (e.g. /opt/gcc for
+    /opt/gcc/bin/gcc: its bin, lib and libexec together), found through CC, CXX and PATH, so
+    that a jailed worker can build what it could build unjailed."""
+    found = [os.environ.get(v, "").split(" ")[0] for v in COMPILER_VARS]
+    found += [shutil.which(c) or "" for c in COMPILERS]
+    out = []
+    for exe in found:
+        if not exe or not os.path.exists(exe):
+            continue
+        for path in {exe, os.path.realpath(exe)}:
+            folder = os.path.dirname(path)
+            prefix = os.path.dirname(folder) if os.path.basename(folder) == "bin" else folder
+            if prefix and prefix != "/" and not any(_under(prefix, d) for d in SYSTEM_DIRS):
+                out.append(prefix)
+    return out
+
+
 def gpu_dirs() -> list[str]:
     """Folders the CUDA toolchain may live in outside /usr: CUDA_HOME, CUDA_PATH, the dynamic
-    loader's extra paths, Triton's ptxas."""
+    loader's extra paths, Triton's ptxas, the compilers' prefixes (toolchain_dirs)."""
     out = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""),
            os.path.dirname(os.environ.get("TRITON_PTXAS_PATH", ""))]
     out += os.environ.get("LD_LIBRARY_PATH", "").split(":")
-    return [os.path.realpath(d) for d in out if d and os.path.isdir(d)]
+    out += toolchain_dirs()
+    return sorted({os.path.realpath(d) for d in out if d and os.path.isdir(d)}, key=len)
 
 
 def bwrap_command(iso: Isolation, writable: str, package_root: str, device: str,
