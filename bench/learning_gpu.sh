@@ -14,7 +14,8 @@ mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 source bench/gpu_env.sh
 export TOKENIZERS_PARALLELISM=false
-python3 -c 'import torch, triton, transformers, trl, datasets, pyarrow; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' | tee "$OUT/versions.txt"
+python3 -c 'import torch, triton, transformers, trl, datasets, pyarrow; import trl.trainer.sft_trainer; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' | tee "$OUT/versions.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || { echo "the training stack does not import here; stopping"; exit 1; }
 kz() { python3 -m kernelzero "$@"; }
 
 case "$part" in
@@ -24,14 +25,14 @@ coders)
     --rows 512 --new 256 --hf-rows 512 --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
   for preset in ${KZ_PRESETS:-cpu gpu}; do
     budget=${KZ_SFT_BUDGET_S:-130}
-    timeout 330 python3 -m kernelzero train --config "coder-$preset" --out "/tmp/runs/coder-$preset" \
+    timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config "coder-$preset" --out "/tmp/runs/coder-$preset" \
       --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="$budget" ${KZ_SETS:-} \
       2>&1 | tee "$OUT/coder-$preset.log" | grep -v "it/s\]"
     cp "/tmp/runs/coder-$preset/summary.json" "$OUT/coder-$preset-summary.json" 2>/dev/null
     cp "/tmp/runs/coder-$preset/cold_start/cold_start.json" "$OUT/coder-$preset-cold_start.json" 2>/dev/null
   done
   # The Proposer that ships beside the Coder: from zero on the family generator's modules.
-  [ -n "${KZ_SKIP_PROPOSER:-}" ] || timeout 200 python3 -m kernelzero train --config proposer-cpu \
+  [ -n "${KZ_SKIP_PROPOSER:-}" ] || timeout "${KZ_STEP_LIMIT_S:-200}" python3 -m kernelzero train --config proposer-cpu \
     --out /tmp/runs/proposer-cpu --set cold_start.time_budget_s="${KZ_PROPOSER_BUDGET_S:-100}" ${KZ_SETS_P:-} \
     2>&1 | tee "$OUT/proposer-cpu.log" | grep -v "it/s\]"
   # The CPU-size models come back to be shipped (fp32 safetensors + tokenizer, ~12 MB each).
@@ -41,9 +42,25 @@ coders)
   done
   cp /tmp/runs/proposer-cpu/proposer_cold_start/proposer_cold_start.json "$OUT/" 2>/dev/null
   ;;
-kb)
+gpu-coder)
+  # The GPU-size Coder from zero, then on KernelBench's Level 1 problems the family covers, at
+  # their real sizes, judged on the GPU (.kb/family: the problems the teacher compiles).
   gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1
+  timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu \
+    --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-120}" \
+    --set cold_start.curve_every=0 ${KZ_SETS:-} 2>&1 | tee "$OUT/coder-gpu.log" | grep -v "it/s\]"
+  cp /tmp/runs/coder-gpu/summary.json "$OUT/coder-gpu-summary.json" 2>/dev/null
+  cp /tmp/runs/coder-gpu/cold_start/cold_start.json "$OUT/coder-gpu-cold_start.json" 2>/dev/null
+  timeout "${KZ_KB_LIMIT_S:-240}" python3 -m kernelzero bench --tasks .kb/family \
+    --model hf:/tmp/runs/coder-gpu/cold_start/model -k 1 --temperature 0 --device cuda \
+    --run coder-gpu-kb-l1 --db "$OUT/kb_bench.db" --runs-dir /tmp/runs --json > "$OUT/kb_bench.json" \
+    2> "$OUT/kb_bench.log"; echo "kb bench rc=$?"; tail -3 "$OUT/kb_bench.log"
+  [ -z "${KZ_TEACHER_N:-}" ] || timeout 150 python3 bench/teacher_check.py --n "$KZ_TEACHER_N" --target gpu \
+    --device cuda --seed 0 --out "$OUT/teacher_gpu" 2>&1 | tail -15
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac
+# The device returns at most 8 files: everything but the model tarballs goes into one.
+(cd "$OUT" && tar czf results.tgz --exclude='*-model.tgz' --exclude=results.tgz . \
+  && find . -mindepth 1 ! -name '*.tgz' -delete)
 ls -la "$OUT"

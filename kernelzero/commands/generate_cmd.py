@@ -17,15 +17,17 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """Model, prompt and judging options shared by `generate` and `bench`."""
     from kernelzero.models import SPEC_HELP
 
-    p.add_argument("--model", required=True, metavar="SPEC", help=f"model backend: {SPEC_HELP}")
+    p.add_argument("--model", default="shipped", metavar="SPEC",
+                   help=f"model backend (default: %(default)s): {SPEC_HELP}")
     p.add_argument("--backend", choices=("triton", "cuda"), default="triton",
                    help="kernel language asked for (default: %(default)s)")
     p.add_argument("--device", choices=("cpu", "cuda"), default=None,
                    help="where candidates run: cuda compiles, runs and times; cpu runs Triton "
                         "through the interpreter, correctness only (default: cuda when available)")
-    p.add_argument("--style", choices=("kernelbench", "principles"), default="kernelbench",
-                   help="prompt: KernelBench's one-shot prompt, or one that also states the "
-                        "optimisation principles (default: %(default)s)")
+    p.add_argument("--style", choices=("kernelbench", "principles", "compact"), default=None,
+                   help="prompt: KernelBench's one-shot prompt, one that also states the "
+                        "optimisation principles, or the compact one of the models KernelZero "
+                        "trains from zero (default: the style the model records, else kernelbench)")
     p.add_argument("--no-example", action="store_true",
                    help="leave the worked example out of the prompt (short prompts for models "
                         "with small context windows)")
@@ -90,7 +92,10 @@ def build_common(args):
     except ValueError as e:
         raise UsageError(str(e)) from None
     gpu = detect_gpu_facts() if device == "cuda" else None
-    prompt_cfg = PromptConfig(backend=args.backend, style=args.style, gpu=gpu,
+    from kernelzero.models import prompt_style_of
+
+    style = args.style or prompt_style_of(args.model) or "kernelbench"
+    prompt_cfg = PromptConfig(backend=args.backend, style=style, gpu=gpu,
                               example=not args.no_example)
     try:
         backend = load_backend(args.model)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from kernelzero.models.base import Backend, BackendError, SamplingConfig
 
 __all__ = ["Backend", "BackendError", "BackendSpecError", "SamplingConfig", "load_backend",
-           "SPEC_HELP"]
+           "prompt_style_of", "SPEC_HELP"]
 
-SPEC_HELP = ("hf:PATH (local transformers checkpoint), vllm:PATH (vLLM offline engine), "
+SPEC_HELP = ("shipped (the Coder inside the package), "
+             "hf:PATH (local transformers checkpoint), vllm:PATH (vLLM offline engine), "
              "openai:URL#MODEL (OpenAI-compatible server; key from KERNELZERO_API_KEY or "
              "OPENAI_API_KEY), replay:PATH (JSONL file or KernelBench run folder), compiler (the teacher "
              "compiler: family modules to Triton, no model)")
@@ -56,3 +57,26 @@ def load_backend(spec: str, **options) -> Backend:
         from kernelzero.models.replay import ReplayBackend
         return ReplayBackend(rest)
     raise BackendSpecError(f"unknown model backend {kind!r} in {spec!r}; use one of: {SPEC_HELP}")
+
+
+def prompt_style_of(spec: str) -> str | None:
+    """The prompt style a model was trained on, where its checkpoint records it (the models
+    KernelZero trains from zero write `prompt_style` into kernelzero_model.json); None when
+    unknown."""
+    import json
+    from pathlib import Path
+
+    if spec.startswith("shipped"):
+        from kernelzero.models.shipped import ShippedModelMissing, shipped_model
+        try:
+            path = shipped_model(spec.partition(":")[2] or "coder")
+        except ShippedModelMissing:
+            return None
+    elif spec.startswith(("hf:", "vllm:")):
+        path = Path(spec.partition(":")[2])
+    else:
+        return None
+    try:
+        return json.loads((Path(path) / "kernelzero_model.json").read_text()).get("prompt_style")
+    except (OSError, ValueError):
+        return None

@@ -117,11 +117,12 @@ def corpus(rows: list[dict]) -> list[str]:
 
 
 def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=print,
-                   curve_config: dict | None = None) -> dict:
+                   curve_config: dict | None = None, prompt_style: str = "compact") -> dict:
     """Steps 1-4 into `out_dir`; returns the figures (also in `out_dir/cold_start.json`).
 
     curve_config: {"prompt": PromptConfig, "max_new_tokens": int, "target": "cpu"|"gpu"} for the
-    learning curve (with cfg.curve_every > 0)."""
+    learning curve (with cfg.curve_every > 0). prompt_style: the prompt the rows use, recorded in
+    the model's kernelzero_model.json so that `generate` and `bench` prompt it the same way."""
     from kernelzero.models.scratch import build_from_corpus, is_complete
     from kernelzero.train.sft import load_rows, run_sft
 
@@ -165,6 +166,7 @@ def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=pri
         + (f", held-out loss {s['eval_loss_before']:.3f} -> {s['eval_loss_after']:.3f}"
            if s["eval_loss_after"] is not None else ""))
     figures["model"] = str(out / "model")
+    _record(out / "model", init, prompt_style=prompt_style, made_by="cold start (kernelzero.train.cold_start)")
     done.write_text(json.dumps(figures, indent=1) + "\n")
     return figures
 
@@ -203,17 +205,26 @@ def _fit_to_budget(sft: SFTRunConfig, init: str, rows: list[dict], budget_s: flo
     marks: list[float] = []
 
     class _Clock(TrainerCallback):
+        # At most CALIBRATION_STEPS steps, and no more than a tenth of the budget once 8 are done.
         def on_step_end(self, args, state, control, **kw):
             marks.append(time.perf_counter())
+            if len(marks) >= 8 and marks[-1] - marks[0] > 0.1 * budget_s:
+                control.should_training_stop = True
 
     probe = dataclasses.replace(sft, max_steps=CALIBRATION_STEPS, log_every=0, eval_fraction=0.0)
     trainer = build_sft_trainer(init, rows, out / "calibration", probe, callbacks=[_Clock()])
     quiet(trainer)
     trainer.train()
     shutil.rmtree(out / "calibration", ignore_errors=True)
-    skip = CALIBRATION_STEPS // 3
+    skip = len(marks) // 3  # the first steps carry the warm-up
     rate = (len(marks) - 1 - skip) / max(1e-9, marks[-1] - marks[skip])
     steps = max(1, int(budget_s * rate))
     log(f"cold start: {rate:.1f} SFT steps/s here; {steps} steps fill the {budget_s:.0f} s budget "
         f"({steps * sft.batch_size * sft.grad_accum / max(1, len(rows)):.1f} epochs)")
     return dataclasses.replace(sft, max_steps=steps)
+
+
+def _record(model_dir: Path, init: Path, **info) -> None:
+    """kernelzero_model.json in a trained model's folder: how it was made, which prompt it reads."""
+    meta = json.loads((init / "kernelzero_model.json").read_text())
+    (Path(model_dir) / "kernelzero_model.json").write_text(json.dumps({**meta, **info}, indent=1) + "\n")

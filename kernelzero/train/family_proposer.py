@@ -133,6 +133,8 @@ def make_proposer(cfg: TrainConfig, out_dir: Path, log=print) -> str:
     log(f"proposer cold start: SFT on {len(rows)} (op set -> module) rows")
     figures = run_sft(str(init), rows, out / "model", sft, log=log)
     figures["model"] = str(out / "model")
+    from kernelzero.train.cold_start import _record
+    _record(out / "model", init, role="proposer", made_by="proposer cold start (family generator)")
     figures["static_validity"] = static_validity(cfg, out / "model", n=64)
     v = figures["static_validity"]
     log(f"proposer cold start: {v['in_family']}/{v['n']} sampled modules parse and are in the family")
