@@ -39,13 +39,14 @@ def test_the_library_check_runs_after_the_verdict_and_can_reject_it(monkeypatch)
     import os
 
     from kernelzero.eval import EvalConfig, Evaluator, library_share as ls
+    from kernelzero.eval.judgement import CandidateJudgement
     from kernelzero.tasks import Candidate, Task
 
     ex = os.path.join(os.path.dirname(__file__), "..", "kernelzero", "examples")
     task = Task.from_file(os.path.join(ex, "tasks/level1/1_ReLU.py"))
     good = Candidate.from_file(os.path.join(ex, "candidates/level_1_problem_1_sample_0_kernel.py"))
     with Evaluator(EvalConfig(device="cpu", max_workers=1, max_library_share=0.5)) as ev:
-        monkeypatch.setattr(Evaluator, "_profiles", lambda self: True)
+        monkeypatch.setattr(CandidateJudgement, "_profiles", lambda self: True)
         v = ev.judge(task, good)
         assert v.status == "correct" and v.library_share is None, (v.status, v.reason)
         monkeypatch.setattr(ls, "library_share", lambda kernels: (0.9, ["ampere_sgemm_128x64_nn"]))

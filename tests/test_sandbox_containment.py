@@ -199,7 +199,10 @@ def test_threat_11_fixtures_are_live_exploits_without_a_jail(tmp_path, leftovers
     assert all(v["status"] == "correct" and v["integrity"] == "tampered"
                for v in verdicts.values()), verdicts
     rep = scene.report()
-    assert rep.returncode == 2 and "edited after the judge wrote them" in rep.stderr, rep.stderr
+    # --json: the usage error is one JSON object on stdout (kernelzero.cli)
+    err = json.loads(rep.stdout)
+    assert rep.returncode == 2 and err["kind"] == "usage", rep.stdout + rep.stderr
+    assert "edited after the judge wrote them" in err["error"], err
     assert '"status": "correct"' in scene.cache.read_text()
     assert scene.secret in _log_tails(scene), "the home's secret never reached a verdict"
     assert (scene.home / "KZ_ESCAPED_11.txt").exists() and (scene.tree / "KZ_ESCAPED_11.txt").exists()

@@ -33,7 +33,7 @@ def test_presets_leave_seed_tasks_to_train_on(preset):
 
 @pytest.mark.parametrize("data, match", [
     ({"coder": {"alpah": 0.5}}, "coder.alpah"),
-    ({"rounds": 0}, "rounds"),
+    ({"rounds": -1}, "rounds"),
     ({"coder": {"alpha": 1.5}}, "alpha"),
     ({"coder": {"speed_transform": "cube"}}, "speed_transform"),
     ({"coder": {"group_size": 1}}, "group_size"),
@@ -83,11 +83,12 @@ def test_loop_refuses_to_overwrite_or_resume_with_another_config(tmp_path):
 
 
 def test_held_out_tasks_are_not_trained_on(tmp_path):
-    from kernelzero.train.loop import Loop
+    from kernelzero.train.heldout import heldout_sets
+    from kernelzero.train.loop import EXAMPLE_TASKS, Loop
 
     loop = Loop(load_config("tiny-cpu"), tmp_path)
     train = {t.hash for t in loop._seed_tasks()}
-    held = {t.hash for t in loop._heldout_tasks()}
+    held = {t.hash for ts in heldout_sets(loop.cfg, EXAMPLE_TASKS).values() for t in ts}
     assert train and held and not train & held
 
 

@@ -45,7 +45,9 @@ def test_distill_keeps_only_correct_with_provenance(distilled):
     assert [m["role"] for m in row["prompt"]] == ["system", "user"]
     assert row["completion"][0]["role"] == "assistant" and "relu_kernel" in row["completion"][0]["content"]
     cached = distilled.with_suffix(".verdicts.jsonl").read_text().splitlines()
-    assert len(cached) == 3  # every sample judged once, verdicts kept beside the data
+    # every sample with code judged once, verdicts kept beside the data; "no code at all" is
+    # skipped before the evaluator (its verdict could only be format_error)
+    assert len(cached) == 2
 
 
 def _weights(path: Path) -> dict:
