@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -37,10 +36,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-ops", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None, help="judging workers (default: 2 on cpu, 8 on cuda)")
     ap.add_argument("--timing-budget-s", type=float, default=2.0, help="timing budget per module on cuda")
+    ap.add_argument("--no-timing", action="store_true", help="on cuda: judge correctness only")
     ap.add_argument("--out", default=None, help="results directory (default: runs/teacher_check-TARGET-DEVICE-nN-sS)")
     args = ap.parse_args(argv)
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
 
     from kernelzero.eval import EvalConfig, Evaluator
     from kernelzero.family import FamilyConfig, generate
@@ -71,7 +69,8 @@ def main(argv=None) -> int:
     print(f"composed {len(modules)} modules in {t_compose:.1f} s; the teacher compiled {len(pairs)} "
           f"in {t_compile:.1f} s; judging on {args.device} ...", file=sys.stderr, flush=True)
     workers = args.workers or (8 if args.device == "cuda" else 2)
-    ecfg = EvalConfig(device=args.device, max_workers=workers, timing_budget_s=args.timing_budget_s)
+    ecfg = EvalConfig(device=args.device, max_workers=workers, timing_budget_s=args.timing_budget_s,
+                      timing=not args.no_timing)
     done = [0]
     t0 = time.perf_counter()
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 from dataclasses import dataclass, field
 
 from kernelzero.family.ops import BY_NAME, ELEMENTWISE, LAYER_ATTR, MATMUL, ROWWISE, FamilyOp, draw_constant
@@ -186,12 +187,13 @@ class _Writer:
             self.cur, self.cur_is_name = expr, False
 
     def fill(self, template: str, values: dict) -> str:
+        """The template with the current expression in it: parenthesised where an operator or a
+        method call would otherwise bind to part of it (`(x + b) * 2`, `(x * 2).relu()`)."""
         v = self.cur
-        try:
-            simple = isinstance(ast.parse(v, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript))
-        except SyntaxError:
-            simple = False
-        return template.format(v=v, m=v if simple else f"({v})", **values)
+        simple = isinstance(ast.parse(v, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript))
+        as_argument_only = "{v}" not in re.sub(r"(?<=[(,] )\{v\}(?=[,)])|(?<=\()\{v\}(?=[,)])", "", template)
+        wrapped = v if simple else f"({v})"
+        return template.format(v=v if as_argument_only else wrapped, m=wrapped, **values)
 
     def phrase(self, op: FamilyOp, extra: dict | None = None, allowed=None) -> None:
         """Apply `op` in one of its phrasings (its constants drawn and placed)."""

@@ -123,21 +123,21 @@ class Lowering:
         hints = info.inputs
         ranks = [len(h.dims) for h in hints.values() if h.dims is not None and not h.scalar]
         self.rank = max(ranks) if ranks else None
-        primary = None
+        tensors = [(n, h) for n, h in hints.items() if not h.scalar]
+        # The output's shape comes from the first input of the highest rank get_inputs shows.
+        primary = next((n for n, h in tensors if h.dims is None or len(h.dims) == self.rank), None)
         for name, h in hints.items():
             if h.scalar:
                 self.env[name] = self._scalar(name, name)
                 continue
-            layout = Layout()
-            if primary is not None and h.dims is None:  # shape unknown: full or a trailing broadcast
+            if name == primary:
+                layout = Layout()
+            elif h.dims is None:  # unknown shape: `offs % numel` reads a full or a trailing-broadcast one
                 layout = Layout("bcast", 0)
-            elif primary is not None and h.dims is not None:
-                same = ast.dump(ast.Tuple(h.dims)) == ast.dump(ast.Tuple(primary.dims or []))
-                if not same and (len(h.dims) != self.rank or self._has_ones(h.dims)):
-                    layout = layout_of(h.dims, info.aliases, info.globals, info.source, f"input {name}")
-            elif primary is None and (h.dims is None or len(h.dims) == (self.rank or 0)):
-                primary = h
-            elif h.dims is not None:  # a lower-rank input before the primary one
+            elif ast.dump(ast.Tuple(h.dims)) == ast.dump(ast.Tuple(hints[primary].dims or [])) or \
+                    len(h.dims) == self.rank and not self._has_ones(h.dims):
+                layout = Layout()
+            else:
                 layout = layout_of(h.dims, info.aliases, info.globals, info.source, f"input {name}")
             self.env[name] = self._load(Leaf(name, name, layout, is_input=True))
 
@@ -221,7 +221,7 @@ class Lowering:
                 if isinstance(v, Static):
                     return fold(node, info.source, info.aliases, info.globals) \
                         if _static_num(v) else _bad(f"-{v.text}")
-                return ew("neg", self.tensor(v, "-x"))
+                return self.ew("neg", self.tensor(v, "-x"))
             raise Unsupported(f"unsupported operator {type(node.op).__name__} in forward")
         if isinstance(node, ast.BinOp):
             return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
@@ -326,10 +326,13 @@ class Lowering:
         raise Unsupported(f"unsupported: {what} must be a constant")
 
     def _rowlen_of(self, v: ShapeOf) -> Node:
-        if self.dim is None or self.dim.kind != "single" or self.dim.static is None or \
-                (self.dim.static % (self.rank or 99)) != (v.index % (self.rank or 99)):
-            raise Unsupported("unsupported: a tensor size used as a value (only the reduced "
-                              "dim's size, after the reduction)")
+        """`x.shape[d]` as a value: the row length N, when d is the dim already reduced over."""
+        d = self.dim
+        same = d is not None and d.kind == "single" and d.static is not None and (
+            d.static == v.index or self.rank is not None and d.static % self.rank == v.index % self.rank)
+        if not same:
+            raise Unsupported("unsupported: a tensor size used as a value (only the reduced dim's "
+                              "size, after the reduction)")
         return Node("rowlen")
 
     # ------------------------------------------------------------------ operators
@@ -349,8 +352,8 @@ class Lowering:
         return self.ew(names[type(op)], self.tensor(left, "an operator"), self.tensor(right, "an operator"))
 
     def ew(self, op: str, *args: Node, hint: str = "") -> Node:
-        squeezed = [a for a in args if a.attrs.get("squeezed") or _squeezed(a)]
-        if squeezed and any(a.level == FULL or (a.level == ROW and not _squeezed(a)) for a in args):
+        if any(squeezed(a) for a in args) and \
+                any(a.level == FULL or (a.level == ROW and not squeezed(a)) for a in args):
             raise Unsupported("unsupported: a reduction without keepdim=True combined with a "
                               "tensor of another shape")
         return ew(op, *args, hint=hint)
@@ -713,6 +716,10 @@ class Lowering:
             raise Unsupported("unsupported: a matmul whose left operand is not a forward input")
         if not (isinstance(b, Node) and b.op == "load"):
             raise Unsupported("unsupported: a matmul whose right operand is computed")
+        leaf = b.attrs["leaf"]
+        dims = self.info.inputs[leaf.name].dims if leaf.is_input else b.attrs.get("dims")
+        if dims is not None and len(dims) != 2:
+            raise Unsupported(f"unsupported: a matmul with a {len(dims)}-D right operand (only 2-D)")
         node = Node("matmul", (a, b), attrs={"trans": trans}, hint="acc")
         self.matmuls.append(node)
         return node
@@ -739,8 +746,10 @@ def _static_num(v: Static) -> bool:
     return isinstance(v.value, (int, float)) and not isinstance(v.value, bool)
 
 
-def _squeezed(n: Node) -> bool:
-    return bool(n.attrs.get("squeezed")) or (n.level == ROW and any(_squeezed(a) for a in n.args))
+def squeezed(n: Node) -> bool:
+    """Whether a row value lost its reduced dim (keepdim=False): it no longer lines up with
+    the input's shape."""
+    return bool(n.attrs.get("squeezed")) or (n.level == ROW and any(squeezed(a) for a in n.args))
 
 
 def _tensor_attr(v: Node, chain: list[str], depth: int):
