@@ -197,7 +197,10 @@ class _Writer:
 
     def phrase(self, op: FamilyOp, extra: dict | None = None, allowed=None) -> None:
         """Apply `op` in one of its phrasings (its constants drawn and placed)."""
-        template = self.rng.choice([p for p in op.phrasings if allowed is None or allowed(p)])
+        at_input = self.cur == self.x and self.cur_is_name
+        template = self.rng.choice([p for p in op.phrasings if (allowed is None or allowed(p))
+                                    and not (at_input and p.startswith("inplace:"))])
+        template = template.removeprefix("inplace:")
         values = dict(extra or {})
         in_layer = template.startswith("layer:")
         prev = None
@@ -222,7 +225,13 @@ class _Writer:
         name = self.fresh(role)
         s = self.shapes
         if s.channels:
-            if self.rng.random() < 0.3:
+            r = self.rng.random()
+            if r < 0.25:  # a 1-D parameter viewed for broadcasting
+                self.init_lines.append(f"self.{name} = nn.Parameter(torch.randn({self.size('channels', s.channels)}))")
+                view = self.rng.choice((".view(1, -1, 1, 1)", "[:, None, None]", ".reshape(-1, 1, 1)",
+                                        ".view(-1, 1, 1)"))
+                return f"self.{name}{view}"
+            if r < 0.45:
                 shape = self.fresh(f"{role}_shape")
                 self.globals.append(f"{shape} = ({s.channels}, 1, 1)")
                 self.init_params.append((shape, shape, "tuple"))

@@ -50,25 +50,26 @@ class Signature:
         self.ptrs: list[tuple[str, str]] = []     # (kernel arg, wrapper expr)
         self.sizes: list[tuple[str, str]] = []
         self.scalars: list[tuple[str, str]] = []
-        self.leaf_names: dict[str, str] = {}      # leaf expr -> kernel name (`x` for `x_ptr`)
+        self.leaf_names: dict[tuple, str] = {}    # (expr, layout) -> kernel name (`x` for `x_ptr`)
         self.scalar_names: dict[str, str] = {}    # wrapper expr -> kernel arg name
 
     def leaf(self, leaf: Leaf, shape_of: str = "") -> str:
         """The leaf's kernel name, registering its pointer (and sizes) on first use. `shape_of`:
         the wrapper variable with the output's full shape (a broadcast's `inner` comes from it)."""
-        if leaf.expr not in self.leaf_names:
+        key = (leaf.expr, leaf.layout)
+        if key not in self.leaf_names:
             base = leaf.name
             while {f"{base}_ptr", f"{base}_size", f"{base}_inner"} & self.taken:
                 base += "_"
             self.taken |= {f"{base}_ptr", f"{base}_size", f"{base}_inner"}
-            self.leaf_names[leaf.expr] = base
+            self.leaf_names[key] = base
             self.ptrs.append((f"{base}_ptr", leaf.expr))
             if leaf.layout.kind == "bcast":
                 self.sizes.append((f"{base}_size", f"{leaf.expr}.numel()"))
                 if leaf.layout.trailing:
                     self.sizes.append((f"{base}_inner",
                                        f"{shape_of}.shape[-{leaf.layout.trailing}:].numel()"))
-        return self.leaf_names[leaf.expr]
+        return self.leaf_names[key]
 
     def scalar(self, node: Node) -> str:
         expr = node.attrs["expr"]

@@ -106,8 +106,30 @@ SIGNATURES = {
     "linear": ("input", "weight", "bias"),
     "addmm": ("input", "mat1", "mat2", "beta", "alpha"),
     "contiguous": ("input",), "clone": ("input",), "float": ("input",),
-    "t": ("input",),
+    "t": ("input",), "where": ("condition", "input", "other"),
 }
+CMP = ("gt", "lt", "ge", "le")
+_COMPARE = {ast.Gt: "gt", ast.Lt: "lt", ast.GtE: "ge", ast.LtE: "le"}
+
+
+def _base_name(name: str) -> str:
+    """`mul_` -> `mul` (an in-place variant), `relu_` -> `relu`."""
+    return name[:-1] if name.endswith("_") and name[:-1] in SIGNATURES else name
+
+
+def _layout_of_flags(flags: list[bool], what: str) -> Layout:
+    """Layout of a shape given as "is this dim 1" flags."""
+    if all(flags):
+        return Layout("one")
+    trailing = 0
+    while flags and flags[-1]:
+        flags = flags[:-1]
+        trailing += 1
+    while flags and flags[0]:
+        flags = flags[1:]
+    if any(flags):
+        raise Unsupported(f"unsupported: {what} broadcasts over an inner dim of size 1")
+    return Layout("bcast", trailing)
 NAMESPACES = ("torch.", "torch.nn.functional.", "torch.special.", "torch.linalg.")
 
 
@@ -115,7 +137,7 @@ class Lowering:
     def __init__(self, info: ModuleInfo):
         self.info = info
         self.env: dict[str, object] = {}
-        self.loads: dict[str, Node] = {}
+        self.loads: dict[tuple, Node] = {}
         self.scalars: dict[str, Node] = {}
         self.dim: DimSpec | None = None
         self.matmuls: list[Node] = []
@@ -152,9 +174,10 @@ class Lowering:
 
     # ------------------------------------------------------------------ leaves
     def _load(self, leaf: Leaf) -> Node:
-        if leaf.expr not in self.loads:
-            self.loads[leaf.expr] = Node("load", attrs={"leaf": leaf}, hint=leaf.name)
-        return self.loads[leaf.expr]
+        key = (leaf.expr, leaf.layout)
+        if key not in self.loads:
+            self.loads[key] = Node("load", attrs={"leaf": leaf}, hint=leaf.name)
+        return self.loads[key]
 
     def _scalar(self, name: str, expr: str) -> Node:
         if expr not in self.scalars:
@@ -178,6 +201,8 @@ class Lowering:
                 if stmt.value is None:
                     raise Unsupported("forward returns nothing")
                 out = self.tensor(self.expr(stmt.value), "the output")
+                if out.op in CMP:
+                    raise Unsupported("unsupported: a boolean output")
                 if out.op == "load" or out.level == UNIFORM:
                     raise Unsupported("unsupported: the output is not computed from the tensor inputs")
                 return out
@@ -186,6 +211,9 @@ class Lowering:
                 if len(targets) != 1 or not isinstance(targets[0], ast.Name) or stmt.value is None:
                     raise Unsupported(f"unsupported assignment in forward: {_line(stmt)}")
                 self._bind(targets[0].id, self.expr(stmt.value))
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and \
+                    isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr.endswith("_"):
+                self.expr(stmt.value)  # x.mul_(2): rebinds x
             elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
                 left = self.env.get(stmt.target.id)
                 if left is None:
@@ -225,6 +253,9 @@ class Lowering:
             raise Unsupported(f"unsupported operator {type(node.op).__name__} in forward")
         if isinstance(node, ast.BinOp):
             return self.binop(node.op, self.expr(node.left), self.expr(node.right), node)
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE:
+            return self.ew(_COMPARE[type(node.ops[0])], self.tensor(self.expr(node.left), "a comparison"),
+                           self.tensor(self.expr(node.comparators[0]), "a comparison"))
         if isinstance(node, ast.Attribute):
             return self.attribute(node)
         if isinstance(node, ast.Subscript):
@@ -293,6 +324,18 @@ class Lowering:
             if idx == 0:
                 return v.values
             raise Unsupported("unsupported: argmax/argmin (the indices of torch.max/min)")
+        if isinstance(v, Node) and v.op == "load" and not v.attrs["leaf"].is_input:
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            flags = []
+            for it in items:
+                if isinstance(it, ast.Constant) and it.value is None:
+                    flags.append(True)
+                elif isinstance(it, ast.Slice) and it.lower is it.upper is it.step is None:
+                    flags.append(False)
+                else:
+                    raise Unsupported(f"unsupported indexing in forward: {ast.unparse(node)[:50]}")
+            leaf = v.attrs["leaf"]
+            return self._load(Leaf(leaf.name, leaf.expr, _layout_of_flags(flags, leaf.expr), False))
         if isinstance(v, ShapeOf) and v.index is None:
             s = node.slice
             if isinstance(s, ast.Slice) and s.upper is None and s.step is None and s.lower is not None:
@@ -352,6 +395,8 @@ class Lowering:
         return self.ew(names[type(op)], self.tensor(left, "an operator"), self.tensor(right, "an operator"))
 
     def ew(self, op: str, *args: Node, hint: str = "") -> Node:
+        if op not in ("where", "to_float"):  # torch promotes a bool operand to float
+            args = tuple(ew("to_float", a) if a.op in CMP else a for a in args)
         if any(squeezed(a) for a in args) and \
                 any(a.level == FULL or (a.level == ROW and not squeezed(a)) for a in args):
             raise Unsupported("unsupported: a reduction without keepdim=True combined with a "
@@ -379,7 +424,12 @@ class Lowering:
                 raise Unsupported(f"unsupported: calling self.{f.attr}")
             if len(node.args) != 1 or node.keywords:
                 raise Unsupported(f"unsupported: calling self.{f.attr} with other than one argument")
-            return self.layer(target.attr, self.expr(node.args[0]))
+            x = self.expr(node.args[0])
+            out = self.layer(target.attr, x)
+            inplace = target.attr.options.get("inplace")
+            if isinstance(inplace, Static) and inplace.value is True:
+                self.in_place(x, out)
+            return out
         q = qualname(f, info.aliases)
         receiver = None
         if q is not None:
@@ -390,7 +440,7 @@ class Lowering:
                     raise Unsupported(f"unsupported: {q} of a tensor") from None
             ns = next((p for p in sorted(NAMESPACES, key=len, reverse=True) if q.startswith(p)), None)
             name = q[len(ns):] if ns else q
-            if ns is None or name not in SIGNATURES:
+            if ns is None or _base_name(name) not in SIGNATURES:
                 raise Unsupported(f"unsupported: {q}")
         elif isinstance(f, ast.Attribute):
             receiver = self.expr(f.value)
@@ -402,13 +452,51 @@ class Lowering:
                     raise Unsupported("unsupported: size() with keywords")
                 return ShapeOf(receiver, self.static(self.expr(node.args[0]), "a size index")
                                if node.args else None)
-            if name not in SIGNATURES:
+            if name in ("view", "reshape", "unsqueeze") and receiver.op == "load" and \
+                    not receiver.attrs["leaf"].is_input:
+                args = [self.static(self.expr(a), "a shape") for a in node.args]
+                return self.reshaped(receiver, name, args[0] if len(args) == 1 and name != "unsqueeze" else args)
+            if _base_name(name) not in SIGNATURES:
                 raise Unsupported(f"unsupported: Tensor.{name}")
         elif isinstance(f, ast.Name) and f.id == "abs":
             name = "abs"
         else:
             raise Unsupported(f"unsupported call: {ast.unparse(f)[:40]}")
-        return self.apply(name, node, receiver)
+        base = _base_name(name)
+        a = self.bind(base, node, receiver)
+        out = self.apply(base, a)
+        flag = a.get("inplace")
+        if base != name or isinstance(flag, Static) and flag.value is True:
+            self.in_place(a.get("input"), out)
+        return out
+
+    def in_place(self, target, result) -> None:
+        """An in-place op: every name bound to the updated value now holds the result. A forward
+        input updated in place is refused: the evaluator requires the same update of ModelNew."""
+        if isinstance(target, Node) and target.op == "load" and target.attrs["leaf"].is_input:
+            raise Unsupported(f"unsupported: an in-place op on the forward input "
+                              f"`{target.attrs['leaf'].name}` (the reference updates its input)")
+        for k, v in list(self.env.items()):
+            if v is target:
+                self.env[k] = result
+
+    def reshaped(self, v: Node, how: str, dims) -> Node:
+        """A parameter viewed for broadcasting: `self.bias.view(1, -1, 1, 1)`, `.reshape(-1, 1, 1)`,
+        `.unsqueeze(-1)` (of a 1-D one). Only where its sizes stay one contiguous block."""
+        leaf = v.attrs["leaf"]
+        if how == "unsqueeze":
+            known = v.attrs.get("dims")
+            if known is None or len(dims) != 1 or len(known) != 1:
+                raise Unsupported("unsupported: unsqueeze of a parameter that is not 1-D")
+            flags = [False]
+            d = dims[0] % 2
+            flags.insert(d, True)
+        else:
+            dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+            if not all(isinstance(d, int) for d in dims):
+                raise Unsupported("unsupported: a view of a parameter with sizes not in the text")
+            flags = [d == 1 for d in dims]
+        return self._load(Leaf(leaf.name, leaf.expr, _layout_of_flags(flags, f"{leaf.expr}.{how}"), False))
 
     def bind(self, name: str, node: ast.Call, receiver) -> dict:
         params = SIGNATURES[name]
@@ -424,13 +512,17 @@ class Lowering:
             out[k.arg] = self.expr(k.value)
         return out
 
-    def apply(self, name: str, node: ast.Call, receiver):
-        if name == "float" and receiver is None:
-            raise Unsupported("unsupported: float() in forward")
-        a = self.bind(name, node, receiver)
+    def apply(self, name: str, a: dict):
         x = a.get("input")
+        if name == "float" and isinstance(x, Node) and x.op in CMP:
+            return self.ew("to_float", x)
         if name in ("contiguous", "clone", "float"):
             return self.tensor(x, name)
+        if name == "where":
+            cond = a.get("condition")
+            if not (isinstance(cond, Node) and cond.op in CMP):
+                raise Unsupported("unsupported: torch.where without a comparison as its condition")
+            return self.ew("where", cond, self.tensor(x, "where"), self.tensor(a.get("other"), "where"))
         if name == "t":
             return Transposed(self.tensor(x, name))
         if name in UNARY:
