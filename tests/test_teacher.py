@@ -51,6 +51,8 @@ CASES = {
                                     "torch.randn(12, 700)"),
     "middle_dim": module("", "return x / torch.sqrt(torch.mean(x ** 2, dim=1, keepdim=True) + 1e-5)",
                          "torch.rand(3, 64, 7, 9)"),
+    "signed_extremes": module("", "return torch.amax(-x.abs() - 1.0, dim=-1) + x.abs().amin(-1)",
+                              "torch.randn(6, 300)"),
     "dim_in_self": module("self.dim = dim", "return torch.max(x, dim=self.dim)[0]", "torch.rand(4, 33, 17)",
                           "1", ctor="dim"),
     # matmul + epilogue: nn.Linear, x @ W + b with a 3-D input, A @ B.T of two inputs
