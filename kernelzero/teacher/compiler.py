@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from kernelzero.teacher.elementwise import emit_elementwise
 from kernelzero.teacher.emit import module_text
 from kernelzero.teacher.ir import Unsupported, walk
-from kernelzero.teacher.lower import lower, squeezed
+from kernelzero.teacher.lower import lower
+from kernelzero.teacher.values import squeezed
 from kernelzero.teacher.matmul import emit_matmul
 from kernelzero.teacher.reader import read_module
 from kernelzero.teacher.rowwise import emit_rowwise
