@@ -21,7 +21,8 @@ class RowLowering:
     """The reduction and matmul half of `lower.Lowering` (a mixin)."""
 
     def dims_of(self, v, what: str) -> DimSpec:
-        """The dims a `dim=` argument names: one dim, the trailing dims, or all (None)."""
+        """The dims a `dim=` argument names: one dim or the trailing dims (all of them, dim=None,
+        is refused: one program would reduce the whole tensor)."""
         if isinstance(v, ScalarAttr) and v.static is None:
             self.self_used.add(v.name)
             return DimSpec("single", f"self.{v.name}")
@@ -37,7 +38,7 @@ class RowLowering:
             neg = sorted(d - self.rank if self.rank and d >= 0 else d for d in value)
             if neg == list(range(-len(neg), 0)):
                 return trailing_dims(len(neg))
-        raise Unsupported(f"unsupported: {what} {value!r} (one dim, the trailing dims, or all)")
+        raise Unsupported(f"unsupported: {what} {value!r} (one dim, or the trailing dims)")
 
     def norm_dims(self, v) -> DimSpec:
         """The dims a `normalized_shape` covers: as many trailing dims as it has sizes."""
