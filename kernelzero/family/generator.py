@@ -431,8 +431,8 @@ class _Writer:
         out += [f"        {line}" for line in body]
         inputs = self.shapes.input_expr(st["input_offset"], r, st["sizes"])
         sizes = self.shapes.globals_text(st["sizes"])
-        out += ["", ""] + sizes + ([""] if sizes else [])
-        out += ["", "def get_inputs():", f"    return [{', '.join([inputs] * len(args))}]", "", "",
+        out += ["", ""] + (sizes + ["", ""] if sizes else [])
+        out += ["def get_inputs():", f"    return [{', '.join([inputs] * len(args))}]", "", "",
                 "def get_init_inputs():", f"    return [{', '.join(v for _, v, _ in self.init_params)}]", ""]
         return "\n".join(out)
 
