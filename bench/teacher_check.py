@@ -9,14 +9,15 @@ on CPU through the Triton interpreter, on cuda compiled and timed against eager)
 OUT/teacher_check.json (one record per module) and OUT/summary.md (correct rate per kind, per
 op, per chain length, with and without constants; every failure with its reason; the kernels'
 sizes; on a GPU the geomean speedup, overall and on elementwise chains of >= 2 ops). Prints the
-correct rate. Modules the teacher refuses count as not correct, with their reason.
+correct rate. Modules the teacher refuses count as not correct, with their reason. Stopped early
+(Ctrl-C, or SIGTERM from `timeout`), it writes the verdicts it reached (the rest `not_judged`).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
+import signal
 import statistics
 import sys
 import time
@@ -37,10 +38,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-ops", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None, help="judging workers (default: 2 on cpu, 8 on cuda)")
     ap.add_argument("--timing-budget-s", type=float, default=2.0, help="timing budget per module on cuda")
+    ap.add_argument("--no-timing", action="store_true", help="on cuda: judge correctness only")
     ap.add_argument("--out", default=None, help="results directory (default: runs/teacher_check-TARGET-DEVICE-nN-sS)")
     args = ap.parse_args(argv)
-    if args.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
 
     from kernelzero.eval import EvalConfig, Evaluator
     from kernelzero.family import FamilyConfig, generate
@@ -71,29 +71,40 @@ def main(argv=None) -> int:
     print(f"composed {len(modules)} modules in {t_compose:.1f} s; the teacher compiled {len(pairs)} "
           f"in {t_compile:.1f} s; judging on {args.device} ...", file=sys.stderr, flush=True)
     workers = args.workers or (8 if args.device == "cuda" else 2)
-    ecfg = EvalConfig(device=args.device, max_workers=workers, timing_budget_s=args.timing_budget_s)
-    done = [0]
+    ecfg = EvalConfig(device=args.device, max_workers=workers, timing_budget_s=args.timing_budget_s,
+                      timing=not args.no_timing)
+    judged: dict[int, object] = {}
     t0 = time.perf_counter()
 
     def progress(i, v):
-        done[0] += 1
-        if done[0] % 50 == 0 or done[0] == len(pairs):
-            rate = done[0] / (time.perf_counter() - t0)
-            print(f"  judged {done[0]}/{len(pairs)} ({rate:.1f}/s)", file=sys.stderr, flush=True)
+        judged[i] = v
+        if len(judged) % 50 == 0 or len(judged) == len(pairs):
+            rate = len(judged) / (time.perf_counter() - t0)
+            print(f"  judged {len(judged)}/{len(pairs)} ({rate:.1f}/s)", file=sys.stderr, flush=True)
 
-    with Evaluator(ecfg) as ev:
-        verdicts = ev.judge_many(pairs, on_verdict=progress)
+    def stop(signum, frame):  # `timeout` sends SIGTERM: keep what was judged
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    interrupted = False
+    try:
+        with Evaluator(ecfg) as ev:
+            ev.judge_many(pairs, on_verdict=progress)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"interrupted: writing the {len(judged)} verdicts reached", file=sys.stderr, flush=True)
     t_judge = time.perf_counter() - t0
-    for i, v in zip(where, verdicts):
-        rec = records[i]
+    for k, i in enumerate(where):
+        rec, v = records[i], judged.get(k)
         if v is None:
-            rec.update(status="not_judged", reason="the evaluator stopped before judging it")
+            rec.update(status="not_judged", reason="the run stopped before judging it")
             continue
         rec.update(status=v.status, reason=v.reason, speedup=v.speedup,
                    runtime_ms=v.runtime_ms.median_ms if v.runtime_ms else None,
                    ref_runtime_ms=v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None)
     summary = summarise(records, {"compose_s": t_compose, "compile_s": t_compile, "judge_s": t_judge},
                         vars(args))
+    summary["interrupted"] = interrupted
     (out / "teacher_check.json").write_text(json.dumps({"summary": summary, "modules": records}, indent=1))
     (out / "summary.md").write_text(markdown(summary, records))
     rate = summary["correct_rate"]
@@ -101,7 +112,7 @@ def main(argv=None) -> int:
           f"{summary['unsupported']}; judged in {t_judge:.0f} s"
           + (f"; geomean speedup on elementwise chains >= 2 ops: {summary['geomean_speedup_chains2']:.2f}x"
              if summary.get("geomean_speedup_chains2") else "") + f" -> {out}/summary.md")
-    return 0
+    return 1 if interrupted else 0
 
 
 def _geomean(xs):
@@ -149,7 +160,8 @@ def markdown(s, records) -> str:
            f"Correct: **{s['correct']}/{s['n']} ({100 * s['correct_rate']:.2f}%)**; statuses: "
            + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items())) + ".",
            f"Times: compose {s['times_s']['compose_s']} s, compile {s['times_s']['compile_s']} s, "
-           f"judge {s['times_s']['judge_s']} s.", ""]
+           f"judge {s['times_s']['judge_s']} s."
+           + (" **Interrupted**: modules not reached are `not_judged`." if s.get("interrupted") else ""), ""]
     if s["kernel_lines"]:
         out.append(f"Kernel files: median {s['kernel_lines']['median']} lines / "
                    f"{s['kernel_chars']['median']} chars (~{s['kernel_chars']['median'] // 4} tokens), "

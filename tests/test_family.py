@@ -116,12 +116,15 @@ def test_sizes_follow_the_target():
 
 
 def test_holdout_split_by_combination_and_text(modules):
+    modules = modules + modules[:40]  # texts seen twice must not reach the test set twice
     train, test = split_holdout(modules, test_frac=0.15, seed=0)
     train_combos = {combo_key(m.meta) for m in train}
     test_combos = {combo_key(m.meta) for m in test}
     assert test and not train_combos & test_combos
     assert all(m.meta["chain_length"] >= 2 for m in test)
-    assert not {source_hash(m.source) for m in train} & {source_hash(m.source) for m in test}
+    test_texts = [source_hash(m.source) for m in test]
+    assert len(set(test_texts)) == len(test_texts)  # one module per text
+    assert not {source_hash(m.source) for m in train} & set(test_texts)
     assert 0.1 * len(modules) <= len(test) <= 0.3 * len(modules)
     assert split_holdout(modules, 0.15, 0)[1] == test  # deterministic
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import random
+import re
 from dataclasses import dataclass, field
 
 from kernelzero.family.ops import BY_NAME, ELEMENTWISE, LAYER_ATTR, MATMUL, ROWWISE, FamilyOp, draw_constant
@@ -186,16 +187,20 @@ class _Writer:
             self.cur, self.cur_is_name = expr, False
 
     def fill(self, template: str, values: dict) -> str:
+        """The template with the current expression in it: parenthesised where an operator or a
+        method call would otherwise bind to part of it (`(x + b) * 2`, `(x * 2).relu()`)."""
         v = self.cur
-        try:
-            simple = isinstance(ast.parse(v, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript))
-        except SyntaxError:
-            simple = False
-        return template.format(v=v, m=v if simple else f"({v})", **values)
+        simple = isinstance(ast.parse(v, mode="eval").body, (ast.Name, ast.Call, ast.Attribute, ast.Subscript))
+        as_argument_only = "{v}" not in re.sub(r"(?<=[(,] )\{v\}(?=[,)])|(?<=\()\{v\}(?=[,)])", "", template)
+        wrapped = v if simple else f"({v})"
+        return template.format(v=v if as_argument_only else wrapped, m=wrapped, **values)
 
     def phrase(self, op: FamilyOp, extra: dict | None = None, allowed=None) -> None:
         """Apply `op` in one of its phrasings (its constants drawn and placed)."""
-        template = self.rng.choice([p for p in op.phrasings if allowed is None or allowed(p)])
+        at_input = self.cur == self.x and self.cur_is_name
+        template = self.rng.choice([p for p in op.phrasings if (allowed is None or allowed(p))
+                                    and not (at_input and p.startswith("inplace:"))])
+        template = template.removeprefix("inplace:")
         values = dict(extra or {})
         in_layer = template.startswith("layer:")
         prev = None
@@ -220,7 +225,13 @@ class _Writer:
         name = self.fresh(role)
         s = self.shapes
         if s.channels:
-            if self.rng.random() < 0.3:
+            r = self.rng.random()
+            if r < 0.25:  # a 1-D parameter viewed for broadcasting
+                self.init_lines.append(f"self.{name} = nn.Parameter(torch.randn({self.size('channels', s.channels)}))")
+                view = self.rng.choice((".view(1, -1, 1, 1)", "[:, None, None]", ".reshape(-1, 1, 1)",
+                                        ".view(-1, 1, 1)"))
+                return f"self.{name}{view}"
+            if r < 0.45:
                 shape = self.fresh(f"{role}_shape")
                 self.globals.append(f"{shape} = ({s.channels}, 1, 1)")
                 self.init_params.append((shape, shape, "tuple"))
@@ -420,8 +431,8 @@ class _Writer:
         out += [f"        {line}" for line in body]
         inputs = self.shapes.input_expr(st["input_offset"], r, st["sizes"])
         sizes = self.shapes.globals_text(st["sizes"])
-        out += ["", ""] + sizes + ([""] if sizes else [])
-        out += ["", "def get_inputs():", f"    return [{', '.join([inputs] * len(args))}]", "", "",
+        out += ["", ""] + (sizes + ["", ""] if sizes else [])
+        out += ["def get_inputs():", f"    return [{', '.join([inputs] * len(args))}]", "", "",
                 "def get_init_inputs():", f"    return [{', '.join(v for _, v, _ in self.init_params)}]", ""]
         return "\n".join(out)
 

@@ -8,7 +8,9 @@ A phrasing is a template over:
 - `{p}`: a broadcast parameter (`self.bias`), `{y}`: a second forward input, `{r}`: an earlier
   value (a residual).
 Prefixes: `layer:` registers an nn layer in `__init__` (`self.act = nn.ReLU()`) and calls it;
-`name:` needs its operand bound to a variable (it is used more than once).
+`name:` needs its operand bound to a variable (it is used more than once); `inplace:` updates its
+operand in place, so it is never applied to a forward input itself (the reference would change
+its input, which a kernel then has to repeat).
 
 Constants are drawn with 2-3 significant digits over a range of magnitudes (`ConstSpec`), so a
 model has to copy them rather than recall typical ones.
@@ -54,7 +56,8 @@ def _op(name, kind, *phrasings, consts=(), bounded=False, needs_bounded=False) -
 
 ELEMENTWISE = [
     _op("relu", "unary", "torch.relu({v})", "F.relu({v})", "{m}.relu()", "layer:nn.ReLU()",
-        "torch.clamp({v}, min=0)", "torch.clamp_min({v}, 0.0)"),
+        "torch.clamp({v}, min=0)", "torch.clamp_min({v}, 0.0)", "name:torch.where({v} > 0, {v}, 0.0)",
+        "inplace:F.relu({v}, inplace=True)", "inplace:layer:nn.ReLU(inplace=True)"),
     _op("gelu", "unary", "F.gelu({v})", "torch.nn.functional.gelu({v})", "layer:nn.GELU()",
         "F.gelu({v}, approximate='none')"),
     _op("gelu_tanh", "unary", "F.gelu({v}, approximate='tanh')", "layer:nn.GELU(approximate='tanh')",
@@ -78,6 +81,7 @@ ELEMENTWISE = [
     _op("sqrt_abs", "unary", "torch.sqrt(torch.abs({v}))", "{m}.abs().sqrt()", "torch.abs({v}).sqrt()"),
     _op("leaky_relu", "const", "F.leaky_relu({v}, {c0})", "F.leaky_relu({v}, negative_slope={c0})",
         "layer:nn.LeakyReLU({c0})", "layer:nn.LeakyReLU(negative_slope={c0})",
+        "name:torch.where({v} > 0, {v}, {v} * {c0})",
         consts=[ConstSpec("slope", 0.01, 0.5)]),
     _op("elu", "const", "F.elu({v}, alpha={c0})", "F.elu({v}, {c0})", "layer:nn.ELU(alpha={c0})",
         consts=[ConstSpec("alpha", 0.1, 3.0)]),

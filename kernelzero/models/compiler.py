@@ -7,7 +7,7 @@ can use the teacher. The module is the last fenced block in the user messages th
 add assistant messages after it, which are not searched), or a user message that is itself
 a module with no fences. A module the teacher refuses gets a completion with no code that says
 why in one line (`the teacher cannot compile this module: unsupported: torch.cumsum`); the
-backend counts those reasons in `refusals`.
+backend counts those reasons in `refusals`, once per prompt.
 
 The answer does not depend on sampling: `deterministic` is True, and the n completions asked for
 are n copies of the same text (callers that judge them can ask for one).

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from kernelzero.teacher.elementwise import emit_elementwise
 from kernelzero.teacher.emit import module_text
 from kernelzero.teacher.ir import Unsupported, walk
-from kernelzero.teacher.lower import _squeezed, lower
+from kernelzero.teacher.lower import lower
+from kernelzero.teacher.values import squeezed
 from kernelzero.teacher.matmul import emit_matmul
 from kernelzero.teacher.reader import read_module
 from kernelzero.teacher.rowwise import emit_rowwise
@@ -53,7 +54,7 @@ def _compile(source: str) -> TeacherResult:
         kernel, forward = emit_matmul(out, lo.matmuls[0])
     elif any(n.op == "reduce" for n in walk(out)):
         kind = "rowwise"
-        kernel, forward = emit_rowwise(out, lo.dim, keepdim=not _squeezed(out))
+        kernel, forward = emit_rowwise(out, lo.dim, keepdim=not squeezed(out))
     else:
         kind = "elementwise"
         kernel, forward = emit_elementwise(out)

@@ -50,25 +50,26 @@ class Signature:
         self.ptrs: list[tuple[str, str]] = []     # (kernel arg, wrapper expr)
         self.sizes: list[tuple[str, str]] = []
         self.scalars: list[tuple[str, str]] = []
-        self.leaf_names: dict[str, str] = {}      # leaf expr -> kernel name (`x` for `x_ptr`)
+        self.leaf_names: dict[tuple, str] = {}    # (expr, layout) -> kernel name (`x` for `x_ptr`)
         self.scalar_names: dict[str, str] = {}    # wrapper expr -> kernel arg name
 
     def leaf(self, leaf: Leaf, shape_of: str = "") -> str:
         """The leaf's kernel name, registering its pointer (and sizes) on first use. `shape_of`:
         the wrapper variable with the output's full shape (a broadcast's `inner` comes from it)."""
-        if leaf.expr not in self.leaf_names:
+        key = (leaf.expr, leaf.layout)
+        if key not in self.leaf_names:
             base = leaf.name
             while {f"{base}_ptr", f"{base}_size", f"{base}_inner"} & self.taken:
                 base += "_"
             self.taken |= {f"{base}_ptr", f"{base}_size", f"{base}_inner"}
-            self.leaf_names[leaf.expr] = base
+            self.leaf_names[key] = base
             self.ptrs.append((f"{base}_ptr", leaf.expr))
             if leaf.layout.kind == "bcast":
                 self.sizes.append((f"{base}_size", f"{leaf.expr}.numel()"))
                 if leaf.layout.trailing:
                     self.sizes.append((f"{base}_inner",
                                        f"{shape_of}.shape[-{leaf.layout.trailing}:].numel()"))
-        return self.leaf_names[leaf.expr]
+        return self.leaf_names[key]
 
     def scalar(self, node: Node) -> str:
         expr = node.attrs["expr"]
@@ -199,23 +200,28 @@ def init_lines(info: ModuleInfo, keep_attrs: set[str]) -> tuple[str, list[str]]:
         if d is not None:
             text += (" = " if p.annotation is not None else "=") + _segment(info, d)
         params.append(text)
-    body = []
-    for stmt in info.init.body:
-        keep = stmt in info.init_locals
-        for attr in info.attrs.values():
-            if attr.stmt is stmt and (attr.kind in ("param", "buffer") or attr.name in keep_attrs
-                                      or attr.kind == "layer" and attr.cls in ("Linear", "LayerNorm", "RMSNorm")):
-                keep = True
-        if keep:
-            body.append(_segment(info, stmt))
+    wanted = {a.name for a in info.attrs.values() if a.kind in ("param", "buffer") or a.name in keep_attrs
+              or a.kind == "layer" and a.cls in ("Linear", "LayerNorm", "RMSNorm")}
+    while True:  # and every attribute a kept statement reads (`nn.ELU(alpha=self.alpha)`)
+        more = {n.attr for a in info.attrs.values() if a.name in wanted for n in ast.walk(a.stmt)
+                if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+                and n.attr in info.attrs} - wanted
+        if not more:
+            break
+        wanted |= more
+    kept = {id(a.stmt) for a in info.attrs.values() if a.name in wanted} | {id(s) for s in info.init_locals}
+    body = [_segment(info, stmt) for stmt in info.init.body if id(stmt) in kept]
     return ", ".join(params), body
 
 
-def needed_globals(info: ModuleInfo, texts: list[str]) -> list[str]:
-    """Module statements the copied code needs: imports beyond the header, and constants."""
-    names: set[str] = set()
-    for t in texts:
-        names |= {n.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Name)}
+def needed_globals(info: ModuleInfo, sig: str, body: list[str]) -> list[str]:
+    """Module statements the copied __init__ needs: imports beyond the header, and constants
+    (a constructor argument shadows a global of its name in the body, not in the defaults)."""
+    fn = ast.parse(f"def f({sig}): pass").body[0]
+    names = {n.id for d in fn.args.defaults for n in ast.walk(d) if isinstance(n, ast.Name)}
+    names |= {n.id for n in ast.walk(fn.args) if isinstance(n, ast.Name)}  # annotations
+    for t in body:
+        names |= {n.id for n in ast.walk(ast.parse(t)) if isinstance(n, ast.Name)} - set(info.init_args)
     wanted, order = set(), []
     stack = sorted(names)
     while stack:
@@ -240,10 +246,10 @@ def module_text(info: ModuleInfo, kernel: list[str], keep_attrs: set[str], forwa
     defaults = [None] * (len(fwd.args) - len(fwd.defaults)) + list(fwd.defaults)
     fparams = ", ".join(p.arg + ("" if d is None else "=" + _segment(info, d))
                         for p, d in zip(fwd.args, defaults))
-    extra = needed_globals(info, [f"def f({sig}): pass"] + body)
+    extra = needed_globals(info, sig, body)
     init = "\n".join(["    def __init__(" + sig + "):", "        super().__init__()"]
                      + ["        " + line for b in body for line in b.splitlines()])
-    parts = [HEADER + "".join(e + "\n" for e in extra), "\n".join(kernel),
+    parts = [(HEADER + "".join(e + "\n" for e in extra)).rstrip("\n"), "\n".join(kernel),
              "class ModelNew(nn.Module):\n" + init + "\n\n    def forward(" + fparams + "):\n"
              + "\n".join("        " + line for line in forward)]
     return "\n\n\n".join(parts) + "\n"

@@ -120,6 +120,8 @@ EW = {
     "clamp": "tl.minimum(tl.maximum({0}, {1}), {2})",
     "clamp_min": "tl.maximum({0}, {1})", "clamp_max": "tl.minimum({0}, {1})",
     "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",
+    "gt": "{0} > {1}", "lt": "{0} < {1}", "ge": "{0} >= {1}", "le": "{0} <= {1}",
+    "where": "tl.where({0}, {1}, {2})", "to_float": "tl.where({0}, 1.0, 0.0)",
 }
 
 _ATOM_RE = re.compile(r"^(?:[A-Za-z_]\w*|\d[\d.eE+-]*)$")

@@ -106,6 +106,7 @@ class ModuleInfo:
     init_locals: list[ast.stmt]
     init_args: list[str]
     inputs: dict[str, InputHint]
+    dims_env: dict[str, Static] = field(default_factory=dict)
 
 
 def qualname(node: ast.AST, aliases: dict[str, str]) -> str | None:
@@ -272,15 +273,23 @@ def tensor_dims(node: ast.AST, aliases: dict) -> list | None:
 
 def layout_of(dims: list | None, aliases: dict, env: dict, source: str, what: str) -> Layout:
     """Layout of a tensor with these dims: `one` when every dim is 1, else `bcast` with its
-    trailing ones counted (a size-1 dim between larger ones is refused)."""
+    trailing ones counted (a size-1 dim between larger ones is refused). A lone dim that folds
+    to a tuple (`torch.randn(bias_shape)`) is that tuple's sizes."""
     if dims is None:
         return Layout("bcast", 0)
     ones = []
     for d in dims:
         try:
-            ones.append(fold(d, source, aliases, env).value == 1)
+            value = fold(d, source, aliases, env).value
         except NotConstant:
-            ones.append(False)
+            if len(dims) == 1 and isinstance(d, ast.Name) and "shape" in d.id:
+                raise Unsupported(f"unsupported: {what} has the shape `{d.id}`, which the module "
+                                  "text does not show") from None
+            value = None
+        if isinstance(value, tuple):
+            ones += [v == 1 for v in value]
+        else:
+            ones.append(value == 1)
     if all(ones):
         return Layout("one")
     trailing = 0
@@ -315,10 +324,31 @@ def read_module(source: str) -> ModuleInfo:
                       global_stmts=global_stmts, imports=imports, init=init,
                       forward=methods["forward"], attrs={}, init_locals=[], init_args=[],
                       inputs={})
+    info.dims_env = _init_hints(info)
     if init is not None:
         _read_init(info)
     info.inputs = _input_hints(info)
     return info
+
+
+def _init_hints(info: ModuleInfo) -> dict[str, Static]:
+    """Constants for reading parameter shapes in __init__: the module's globals, with each
+    constructor argument standing for what get_init_inputs passes it (when the text shows it)."""
+    env = dict(info.globals)
+    if info.init is None:
+        return env
+    names = [a.arg for a in info.init.args.args[1:]]
+    for n in names:
+        env.pop(n, None)
+    fn = next((n for n in info.tree.body if isinstance(n, ast.FunctionDef) and n.name == "get_init_inputs"), None)
+    ret = next((s.value for s in (fn.body if fn else []) if isinstance(s, ast.Return)), None)
+    if isinstance(ret, (ast.List, ast.Tuple)) and not any(isinstance(e, ast.Starred) for e in ret.elts):
+        for n, e in zip(names, ret.elts):
+            try:
+                env[n] = fold(e, info.source, info.aliases, info.globals)
+            except NotConstant:
+                pass
+    return env
 
 
 def _is_super_init(stmt) -> bool:
@@ -347,7 +377,7 @@ def _read_init(info: ModuleInfo) -> None:
             name = call.args[0].value
             dims = tensor_dims(call.args[1], aliases)
             info.attrs[name] = Attr(name, "buffer", stmt, shape_dims=dims,
-                                    layout=layout_of(dims, aliases, info.globals, src, f"buffer {name}"))
+                                    layout=layout_of(dims, aliases, info.dims_env, src, f"buffer {name}"))
             continue
         target = value = None
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
@@ -372,7 +402,7 @@ def _read_attr(info: ModuleInfo, name: str, value: ast.AST, stmt: ast.stmt) -> A
                 raise Unsupported(f"unsupported: nn.Parameter without a tensor ({name})")
             dims = tensor_dims(value.args[0], aliases)
             return Attr(name, "param", stmt, shape_dims=dims,
-                        layout=layout_of(dims, aliases, info.globals, src, f"parameter {name}"))
+                        layout=layout_of(dims, aliases, info.dims_env, src, f"parameter {name}"))
         cls = q.split(".")[-1] if q.startswith("torch.nn.") else ""
         if cls in ACTIVATION_LAYERS or cls in STATE_LAYERS:
             params = ACTIVATION_LAYERS[cls][1] if cls in ACTIVATION_LAYERS else STATE_LAYERS[cls]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from kernelzero.teacher.elementwise import primary_input
 from kernelzero.teacher.emit import Block, Signature, cone, input_prep, kernel_def, launch, real, unique
 from kernelzero.teacher.ir import ROW, UNIFORM, Node, walk
-from kernelzero.teacher.lower import DimSpec
+from kernelzero.teacher.values import DimSpec
 
 TILE = 4096        # values per program tile (BLOCK_I * BLOCK_N)
 MAX_BLOCK_I = 64   # rows per program when inner > 1
