@@ -21,8 +21,8 @@ kz() { python3 -m kernelzero "$@"; }
 case "$part" in
 coders)
   gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1
-  [ -n "${KZ_SKIP_FASTGEN:-}" ] || timeout 90 python3 bench/fastgen_bench.py --presets cpu,gpu,large \
-    --rows 512 --new 256 --hf-rows 512 --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
+  [ -n "${KZ_SKIP_FASTGEN:-}" ] || timeout "${KZ_FASTGEN_LIMIT_S:-90}" python3 bench/fastgen_bench.py \
+    ${KZ_FASTGEN_ARGS:---presets cpu,gpu,large --rows 512 --new 256 --hf-rows 512} --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
   for preset in ${KZ_PRESETS:-cpu gpu}; do
     budget=${KZ_SFT_BUDGET_S:-130}
     timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config "coder-$preset" --out "/tmp/runs/coder-$preset" \

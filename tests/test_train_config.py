@@ -12,13 +12,13 @@ def test_paper_defaults():
 
 
 def test_presets_load():
-    assert {"tiny-cpu", "single-h200"} <= set(preset_names())
+    assert {"tiny-cpu", "plumbing-cpu", "single-h200"} <= set(preset_names())
     tiny = load_config("tiny-cpu")
     assert tiny.device == "cpu" and tiny.coder.group_size == 4
     assert load_config("single-h200").eval_config().device == "cuda"
 
 
-@pytest.mark.parametrize("preset", ["tiny-cpu", "single-h200"])
+@pytest.mark.parametrize("preset", ["plumbing-cpu", "single-h200"])
 def test_presets_leave_seed_tasks_to_train_on(preset):
     """The held-out set comes from the same example tasks as the seed tasks: a preset that held
     out all of them would start its first Coder phase with nothing to train on (the proposer's
@@ -70,23 +70,26 @@ def test_unknown_preset(tmp_path):
 def test_loop_refuses_to_overwrite_or_resume_with_another_config(tmp_path):
     from kernelzero.train.loop import Loop, RunExists
 
-    cfg = load_config("tiny-cpu")
+    cfg = load_config("plumbing-cpu")
     loop = Loop(cfg, tmp_path)
     loop.state.save(tmp_path / "state.json")
     with pytest.raises(RunExists, match="--resume"):
         Loop(cfg, tmp_path)
     with pytest.raises(RunExists, match="seed"):
-        Loop(load_config("tiny-cpu", {"seed": 3}), tmp_path, resume=True)
-    assert Loop(load_config("tiny-cpu", {"rounds": 3}), tmp_path, resume=True).resumed  # more rounds: fine
-    moved = load_config("tiny-cpu", {"reward": {"url": "http://10.0.0.5:8000"}})
+        Loop(load_config("plumbing-cpu", {"seed": 3}), tmp_path, resume=True)
+    assert Loop(load_config("plumbing-cpu", {"rounds": 3}), tmp_path, resume=True).resumed  # more rounds: fine
+    moved = load_config("plumbing-cpu", {"reward": {"url": "http://10.0.0.5:8000"}})
     assert Loop(moved, tmp_path, resume=True).resumed  # judged elsewhere now: fine
 
 
-def test_held_out_tasks_are_not_trained_on(tmp_path):
+@pytest.mark.parametrize("preset", ["plumbing-cpu", "tiny-cpu"])
+def test_held_out_tasks_are_not_trained_on(tmp_path, preset):
+    """Example tasks (plumbing-cpu) or the op family's training modules (tiny-cpu): never one the
+    held-out sets measure."""
     from kernelzero.train.heldout import heldout_sets
     from kernelzero.train.loop import EXAMPLE_TASKS, Loop
 
-    loop = Loop(load_config("tiny-cpu"), tmp_path)
+    loop = Loop(load_config(preset), tmp_path)
     train = {t.hash for t in loop._seed_tasks()}
     held = {t.hash for ts in heldout_sets(loop.cfg, EXAMPLE_TASKS).values() for t in ts}
     assert train and held and not train & held

@@ -97,7 +97,7 @@ def test_unreachable_service_fails_fast_with_one_line(tmp_path, capsys):
     url = _dead_url()
     with pytest.raises(PoolUnavailable, match="not usable"):
         open_pool(RewardConfig(url=url), CFG)
-    rc = main(["train", "--config", "tiny-cpu", "--out", str(tmp_path / "run"), "--reward-url", url])
+    rc = main(["train", "--config", "plumbing-cpu", "--out", str(tmp_path / "run"), "--reward-url", url])
     err = capsys.readouterr().err
     assert rc == 2 and "Traceback" not in err
     assert err.count("\n") == 1 and f"reward service at {url} is not usable" in err, err
@@ -170,7 +170,7 @@ def test_serve_takes_the_judging_settings_of_a_training_config(tmp_path):
     (["--reward-url", "ftp://example.org"], "must start with http"),
     (["--reward-url", "http://127.0.0.1:9", "--pool", "ray"], "--reward-url judges on the service"),
     (["--ray-address", "auto"], "--ray-address needs --pool ray"),
-    (["--pool", "ray", "--ray-address", "auto", "--config", "tiny-cpu"], None),  # accepted (not run)
+    (["--pool", "ray", "--ray-address", "auto", "--config", "plumbing-cpu"], None),  # accepted (not run)
 ])
 def test_train_judging_flags(argv, message, tmp_path, capsys, monkeypatch):
     from kernelzero.cli import main
@@ -179,7 +179,7 @@ def test_train_judging_flags(argv, message, tmp_path, capsys, monkeypatch):
     started = []
     monkeypatch.setattr(loop.Loop, "run", lambda self: started.append(self.cfg.reward) or
                         {"steps": 0, "phases": [], "verdicts": 0, "pool": 0, "wall_s": 0.0})
-    argv = ["train", "--config", "tiny-cpu", "--out", str(tmp_path / "run"), *argv]
+    argv = ["train", "--config", "plumbing-cpu", "--out", str(tmp_path / "run"), *argv]
     rc = main(argv)
     err = capsys.readouterr().err
     if message is None:
@@ -192,6 +192,6 @@ def test_train_judging_flags(argv, message, tmp_path, capsys, monkeypatch):
 def test_train_pool_foo_is_refused_by_the_parser(capsys):
     from kernelzero.cli import main
 
-    code = main(["train", "--config", "tiny-cpu", "--pool", "foo"])
+    code = main(["train", "--config", "plumbing-cpu", "--pool", "foo"])
     err = capsys.readouterr().err
     assert code == 2 and "invalid choice: 'foo'" in err and "Traceback" not in err

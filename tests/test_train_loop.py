@@ -1,4 +1,4 @@
-"""`kernelzero train --config tiny-cpu` end to end, killed in the middle of a phase and resumed:
+"""`kernelzero train --config plumbing-cpu` end to end, killed in the middle of a phase and resumed:
 the same steps, no verdict lost, none judged twice, the same verdicts as an uninterrupted run.
 
 Two runs go side by side (one uninterrupted, one killed with SIGKILL after the first logged step
@@ -15,7 +15,7 @@ import pytest
 
 def _start(out: Path, *extra):
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "kernelzero", "train", "--config", "tiny-cpu", "--out", str(out), "--json"]
+    cmd = [sys.executable, "-m", "kernelzero", "train", "--config", "plumbing-cpu", "--out", str(out), "--json"]
     return subprocess.Popen([*cmd, *extra], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -112,7 +112,7 @@ def test_coder_phase_records_pool_pass_rates_and_the_band_follows_them(tmp_path,
     from kernelzero.train.config import load_config
     from kernelzero.train.loop import Loop
 
-    loop = Loop(load_config("tiny-cpu"), tmp_path / "run")
+    loop = Loop(load_config("plumbing-cpu"), tmp_path / "run")
     loop.judge = None  # run() opens the judging pool; the stubbed phase judges nothing
     solved, half, lost, unsampled = hashes = [
         loop.pool.add(MODULE.format(n=n), ["relu"], f"m{n}", origin="test")[0] for n in (1, 2, 3, 4)]

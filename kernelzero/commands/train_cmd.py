@@ -20,7 +20,7 @@ def register(sub) -> None:
     p = sub.add_parser("train", help="train the Coder and the Proposer in alternation (CA-GRPO)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", required=True,
-                   help="a preset name (tiny-cpu, single-h200) or a YAML file; see kernelzero/train/config.py")
+                   help="a preset name (tiny-cpu, plumbing-cpu, coder-cpu, single-h200, ...) or a YAML file; see kernelzero/train/config.py")
     p.add_argument("--out", default=None, help="run directory (default: runs/<config name>)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out from its last complete phase")

@@ -205,10 +205,10 @@ def _fit_to_budget(sft: SFTRunConfig, init: str, rows: list[dict], budget_s: flo
     marks: list[float] = []
 
     class _Clock(TrainerCallback):
-        # At most CALIBRATION_STEPS steps, and no more than a tenth of the budget once 8 are done.
+        # At most CALIBRATION_STEPS steps, and no more than a tenth of the budget once 12 are done.
         def on_step_end(self, args, state, control, **kw):
             marks.append(time.perf_counter())
-            if len(marks) >= 8 and marks[-1] - marks[0] > 0.1 * budget_s:
+            if len(marks) >= 12 and marks[-1] - marks[0] > 0.1 * budget_s:
                 control.should_training_stop = True
 
     probe = dataclasses.replace(sft, max_steps=CALIBRATION_STEPS, log_every=0, eval_fraction=0.0)
@@ -216,7 +216,7 @@ def _fit_to_budget(sft: SFTRunConfig, init: str, rows: list[dict], budget_s: flo
     quiet(trainer)
     trainer.train()
     shutil.rmtree(out / "calibration", ignore_errors=True)
-    skip = len(marks) // 3  # the first steps carry the warm-up
+    skip = len(marks) // 2  # the first steps carry the warm-up (kernels, allocator, data workers)
     rate = (len(marks) - 1 - skip) / max(1e-9, marks[-1] - marks[skip])
     steps = max(1, int(budget_s * rate))
     log(f"cold start: {rate:.1f} SFT steps/s here; {steps} steps fill the {budget_s:.0f} s budget "

@@ -36,6 +36,9 @@ class SFTRunConfig:
         and after training; 0 holds none out.
     lora: train a LoRA adapter instead of all weights; lora_r / lora_alpha its rank and scale.
     bf16: train in bfloat16 (GPU).
+    gradient_checkpointing: recompute activations in the backward pass (TRL's default is on):
+        memory for time, worth it for large models only; off it trains a 2.6M-parameter model
+        about twice as fast.
     seed: data order, the held-out split and initialisation.
     log_every: optimizer steps between progress lines (0: none).
     """
@@ -54,6 +57,7 @@ class SFTRunConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     bf16: bool = False
+    gradient_checkpointing: bool = False
     seed: int = 0
     log_every: int = 0
 
@@ -145,7 +149,8 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
         warmup_steps=int(cfg.warmup_ratio * total), weight_decay=cfg.weight_decay,
         per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length,
-        completion_only_loss=True, bf16=cfg.bf16, seed=cfg.seed, data_seed=cfg.seed, logging_steps=1,
+        completion_only_loss=True, bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed, data_seed=cfg.seed, logging_steps=1,
         save_strategy="no", report_to=[], use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
         dataset_num_proc=_tokenizer_procs(len(rows)))
     peft_config = None
