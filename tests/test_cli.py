@@ -229,7 +229,10 @@ def test_the_main_job_prints_no_progress_bars_or_future_warnings(tmp_path):
                         "--rounds", "1", "--out", str(tmp_path / "run")], capture_output=True,
                        text=True, env=env, timeout=900, cwd=Path(__file__).resolve().parent.parent)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.startswith("round 0: proposer phase") and "done:" in r.stdout
+    assert r.stdout.startswith("held-out evaluation, round 0 (before RL)"), r.stdout[:500]
+    for line in ("round 1/1: proposer phase", "  proposer: ", "round 1/1: coder phase", "  coder: ",
+                 "held-out evaluation, round 1 (after RL)", "held-out greedy pass@1", "done:"):
+        assert line in r.stdout, line
     for noise in ("Loading weights", "Writing model shards", "it/s]", "FutureWarning",
                   "Traceback"):
         assert noise not in r.stdout + r.stderr, noise

@@ -249,7 +249,7 @@ class Loop:
         context = {"round": r, "phase": phase}
         logger = StepLogger(self.steplog, r, phase, self.state.steps, self.tb)
         seed = phase_seed(self.cfg, r, phase)
-        self.log(f"round {r}: {phase} phase ({getattr(self.cfg, phase + '_steps')} steps)")
+        self.log(f"round {r + 1}/{self.cfg.rounds}: {phase} phase ({getattr(self.cfg, phase + '_steps')} steps)")
         if phase == "coder":
             trainer, info = self._coder_phase(r, ckpt, seed, logger, context)
         else:
@@ -267,6 +267,7 @@ class Loop:
                 trainer.processing_class.save_pretrained(str(model_dir))
             trainer.accelerator.wait_for_everyone()  # the next phase loads what rank 0 wrote
         info.update({"steps": steps, "round": r, "phase": phase})
+        self.log(_phase_line(info))
         self.state.steps += steps
         self.state.done.append(pid)
         if self.rank == 0:
@@ -428,6 +429,20 @@ def _truncate(path: Path, n_bytes: int) -> None:
     if path.exists() and path.stat().st_size > n_bytes:
         with path.open("r+b") as f:
             f.truncate(n_bytes)
+
+
+def _phase_line(info: dict) -> str:
+    """What a phase did, in one line a person reads: its modules or its kernels."""
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    if info["phase"] == "proposer":
+        rej = ", ".join(f"{k} {n}" for k, n in sorted(info.get("rejections", {}).items(),
+                                                      key=lambda kv: -kv[1])[:3])
+        return (f"  proposer: {info.get('valid', 0)}/{info.get('modules', 0)} modules valid, "
+                f"{info.get('in_band', 0)} in the band" + (f"; refused: {rej}" if rej else ""))
+    return (f"  coder: {info.get('tasks', 0)} tasks ({info.get('pool_tasks', 0)} from the pool), "
+            f"kernels correct {pct(info.get('correct_rate'))}, speed gate open "
+            f"{pct(info.get('gate_open_rate'))}, groups with a reward spread "
+            f"{pct(info.get('mixed_group_rate'))}")
 
 
 def _mean(xs) -> float | None:
