@@ -63,7 +63,9 @@ def test_judgements_wait_for_the_memory_budget():
         memory_gate.MemoryGate.admit = real_admit
     assert all(v.status == "correct" for v in got), [v.reason for v in got]
     # each run needs more than the 1 MiB budget: one at a time
-    assert in_flight == [1, 1, 1, 1], in_flight  # the reference, then the three candidates
+    # the reference, then the three candidates, one at a time (a reference run again for a
+    # judgement whose kept outputs were released adds a grant, also alone)
+    assert len(in_flight) >= 4 and set(in_flight) == {1}, in_flight
     assert all(v.memory["admitted_bytes"] > 1 << 20 for v in got)
 
 

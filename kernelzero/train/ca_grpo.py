@@ -32,6 +32,7 @@ from kernelzero.train.config import CAGRPOConfig, TrainConfig
 from kernelzero.train.fast_rollouts import FastRolloutMixin
 from kernelzero.train.judging import Judge
 from kernelzero.train.rewards import ca_grpo_rewards, speed_score
+from kernelzero.train.sft import checkpointing
 from kernelzero.train.steplog import PhaseTimerMixin, quiet
 
 # The TRL method we override, with its parameters; a test checks the pinned TRL still has it.
@@ -162,7 +163,7 @@ def grpo_args(out_dir: str, *, group_size: int, prompts_per_step: int, max_steps
         learning_rate=learning_rate, loss_type=loss_type, beta=kl_coef,
         max_completion_length=max_completion_tokens, temperature=temperature, seed=seed,
         logging_steps=1, save_strategy="no", report_to=report_to or [], bf16=bf16,
-        gradient_checkpointing=gradient_checkpointing, use_vllm=use_vllm, vllm_mode=vllm_mode,
+        **checkpointing(GRPOConfig, gradient_checkpointing), use_vllm=use_vllm, vllm_mode=vllm_mode,
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True, shuffle_dataset=True,
         dataloader_num_workers=0, lr_scheduler_type="constant",
     )

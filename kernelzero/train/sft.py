@@ -132,6 +132,14 @@ def _tokenizer_procs(rows: int) -> int | None:
     return min(8, cores // 2) if rows >= 5000 and cores >= 4 else None
 
 
+def checkpointing(config_cls, on: bool) -> dict:
+    """The activation-checkpointing switch under the name this transformers reads: newer releases
+    call it `activation_checkpointing` and warn on the old `gradient_checkpointing`."""
+    import dataclasses
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": on}
+
+
 def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFTRunConfig,
                       callbacks=None, log=print):
     import torch
@@ -149,7 +157,7 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
         warmup_steps=int(cfg.warmup_ratio * total), weight_decay=cfg.weight_decay,
         per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length,
-        completion_only_loss=True, bf16=cfg.bf16, gradient_checkpointing=cfg.gradient_checkpointing,
+        completion_only_loss=True, bf16=cfg.bf16, **checkpointing(SFTConfig, cfg.gradient_checkpointing),
         seed=cfg.seed, data_seed=cfg.seed, logging_steps=1,
         save_strategy="no", report_to=[], use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
         dataset_num_proc=_tokenizer_procs(len(rows)))
