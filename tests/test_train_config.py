@@ -112,3 +112,33 @@ def test_on_cuda_the_spare_pool_covers_a_coder_step_unless_set():
     assert load_config("single-h200", {"eval": {"spares": 5}}).eval_config().spares == 5
     assert load_config("single-h200", {"eval": {"device": "cpu"}}).eval_config().spares is None
     assert load_config("tiny-cpu").eval_config().spares is None
+
+
+def test_each_phase_prints_one_line_of_its_figures():
+    from kernelzero.train.loop import _phase_line
+
+    coder = _phase_line({"phase": "coder", "tasks": 48, "pool_tasks": 3, "correct_rate": 0.3125,
+                         "gate_open_rate": 0.25, "mixed_group_rate": None})
+    assert coder == ("  coder: 48 tasks (3 from the pool), kernels correct 31%, speed gate open 25%, "
+                     "groups with a reward spread n/a")
+    prop = _phase_line({"phase": "proposer", "modules": 4, "valid": 1, "in_band": 1,
+                        "rejections": {"no module in the completion": 2, "too slow": 1}})
+    assert prop == ("  proposer: 1/4 modules valid, 1 in the band; refused: no module in the "
+                    "completion 2, too slow 1")
+
+
+def test_activation_checkpointing_is_switched_under_the_name_transformers_reads():
+    """Off for the small models (it halves their steps per second), and set without the
+    deprecation warning newer transformers gives for the old name."""
+    import warnings
+
+    from trl import GRPOConfig, SFTConfig
+
+    from kernelzero.train.sft import checkpointing
+
+    for cls in (SFTConfig, GRPOConfig):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", FutureWarning)
+            args = cls(output_dir="/tmp/kz-ckpt-test", use_cpu=True, report_to=[],
+                       **checkpointing(cls, False))
+        assert args.gradient_checkpointing is False
