@@ -18,6 +18,7 @@ import ast
 import math
 from dataclasses import dataclass, field
 
+from kernelzero.catalog.apimap import dotted as qualname  # F.relu -> torch.nn.functional.relu
 from kernelzero.teacher.ir import Layout, Unsupported
 
 MODULE_PATHS = {"torch", "torch.nn", "torch.nn.functional", "math", "torch.special", "torch.linalg"}
@@ -107,18 +108,6 @@ class ModuleInfo:
     init_args: list[str]
     inputs: dict[str, InputHint]
     dims_env: dict[str, Static] = field(default_factory=dict)
-
-
-def qualname(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """`F.relu` -> `torch.nn.functional.relu`, `torch.nn.ReLU` -> `torch.nn.ReLU`; None when the
-    chain does not start at an imported module or function."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name) or node.id not in aliases:
-        return None
-    return ".".join([aliases[node.id], *reversed(parts)])
 
 
 def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[ast.stmt]]:

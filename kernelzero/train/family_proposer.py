@@ -170,22 +170,15 @@ def family_tools(cfg: TrainConfig, evaluator, coder_model: str):
     """ProposerTools for the op family: prompt, parse, the validation check, the frontier reward
     and the current Coder's side (proposer_tools.coder_side)."""
     from kernelzero.propose.dedup import Deduper, canonical_hash
-    from kernelzero.propose.llm import ParseError, parse_module
     from kernelzero.propose.reward import frontier_reward
     from kernelzero.propose.validate import ValidationConfig, Validator
     from kernelzero.tasks.task import static_check_task
     from kernelzero.teacher import compile_module
     from kernelzero.train.proposer_grpo import ProposerTools
-    from kernelzero.train.proposer_tools import coder_side
+    from kernelzero.train.proposer_tools import coder_side, parse_or_none
 
     validator = Validator(evaluator, ValidationConfig(target=cfg.proposer.target))
     seen = Deduper()
-
-    def parse(text):
-        try:
-            return parse_module(text)
-        except ParseError:
-            return None
 
     def validate(task, apis):
         try:
@@ -208,6 +201,6 @@ def family_tools(cfg: TrainConfig, evaluator, coder_model: str):
         return True, "ok"
 
     generate, coder_prompt, to_candidate, close = coder_side(cfg, coder_model)
-    tools = ProposerTools(prompt=proposer_prompt, parse=parse, validate=validate, reward=frontier_reward,
+    tools = ProposerTools(prompt=proposer_prompt, parse=parse_or_none, validate=validate, reward=frontier_reward,
                           coder_generate=generate, coder_prompt=coder_prompt, to_candidate=to_candidate)
     return tools, close

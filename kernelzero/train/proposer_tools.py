@@ -62,7 +62,7 @@ def default_tools(cfg: TrainConfig, evaluator, coder_model: str):
     The validation check gets a fresh duplicate memory per phase, so a re-run phase (after a
     kill) judges its modules exactly as the first attempt did.
     """
-    from kernelzero.propose.llm import LLMProposer, LLMProposerConfig, ParseError, parse_module
+    from kernelzero.propose.llm import LLMProposer, LLMProposerConfig
     from kernelzero.propose.reward import frontier_reward
     from kernelzero.propose.validate import ValidationConfig, Validator
 
@@ -73,17 +73,21 @@ def default_tools(cfg: TrainConfig, evaluator, coder_model: str):
     def prompt(apis, weakness):
         return [{"role": m["role"], "content": m["content"]} for m in prompter.build_prompt(apis, weakness)]
 
-    def parse(text):
-        try:
-            return parse_module(text)
-        except ParseError:
-            return None
-
     def validate(task, apis):
         res = validator.validate(task.source, apis, name=task.name)
         return res.ok, "; ".join(res.reasons) or "ok"
 
     generate, coder_prompt, to_candidate, close = coder_side(cfg, coder_model)
-    tools = ProposerTools(prompt=prompt, parse=parse, validate=validate, reward=frontier_reward,
+    tools = ProposerTools(prompt=prompt, parse=parse_or_none, validate=validate, reward=frontier_reward,
                           coder_generate=generate, coder_prompt=coder_prompt, to_candidate=to_candidate)
     return tools, close
+
+
+def parse_or_none(text: str):
+    """The module in a Proposer completion, or None where there is none (its reward is rho)."""
+    from kernelzero.propose.llm import ParseError, parse_module
+
+    try:
+        return parse_module(text)
+    except ParseError:
+        return None
