@@ -24,12 +24,15 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--trials", type=int, default=2, help="correctness trials per kernel")
     ap.add_argument("--hardening", action="store_true", help="also the hardening trials")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0, help="the modules' stream (streams overlap little)")
+    ap.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="stop judging after about S seconds and write what was judged")
     a = ap.parse_args()
     cfg = EvalConfig(device="cpu", max_workers=a.workers, correctness_trials=a.trials,
                      hardening_trials=a.hardening)
     with Evaluator(cfg) as ev:
-        counts = make_data(ColdStartConfig(modules=a.modules, seed=a.seed), Path(a.out), ev)
+        counts = make_data(ColdStartConfig(modules=a.modules, seed=a.seed), Path(a.out), ev,
+                           time_limit_s=a.time_limit)
     print(json.dumps(counts, indent=1))
 
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The learning figures on one GPU (docs/perf.md "Learning"), in parts of under 10 minutes each:
 #   bash bench/learning_gpu.sh coders OUT   # fast-sampler bench; coder-cpu and coder-gpu from zero
-#   bash bench/learning_gpu.sh kb OUT       # the GPU Coder on KernelBench's family problems
+#   bash bench/learning_gpu.sh gpu-coder OUT  # the GPU Coder on KernelBench's family problems
+#   bash bench/learning_gpu.sh data OUT     # more verified rows, judged on the host's CPU cores
 # Needs: the verified distillation rows gzipped at .data/family-train.jsonl.gz (made on any
 # machine by `kernelzero distill --teacher compiler ...` or a coder-cpu run's cold start, whose
 # cold_start/data.jsonl it is), trl/datasets wheels in .whl/ where the image lacks them (see the
 # device notes), and KernelBench's problems in .kb/ for the `kb` part. Every step has its own
 # limit; results land in OUT (JSON, the models as tarballs, the logs).
 set -uo pipefail
-part=${1:?part: coders or kb}
+part=${1:?part: coders, gpu-coder or data}
 OUT=${2:?results directory}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
@@ -23,14 +24,19 @@ coders)
   gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1
   [ -n "${KZ_SKIP_FASTGEN:-}" ] || timeout "${KZ_FASTGEN_LIMIT_S:-90}" python3 bench/fastgen_bench.py \
     ${KZ_FASTGEN_ARGS:---presets cpu,gpu,large --rows 512 --new 256 --hf-rows 512} --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
+  # KZ_PARALLEL=1 trains the presets side by side on the one GPU (small models leave it idle).
+  train_preset() {
+    timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config "coder-$1" --out "/tmp/runs/coder-$1" \
+      --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-130}" \
+      ${KZ_SETS:-} > "$OUT/coder-$1.log" 2>&1
+    cp "/tmp/runs/coder-$1/summary.json" "$OUT/coder-$1-summary.json" 2>/dev/null
+    cp "/tmp/runs/coder-$1/cold_start/cold_start.json" "$OUT/coder-$1-cold_start.json" 2>/dev/null
+    grep -v "it/s\]" "$OUT/coder-$1.log" | tail -25
+  }
   for preset in ${KZ_PRESETS:-cpu gpu}; do
-    budget=${KZ_SFT_BUDGET_S:-130}
-    timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config "coder-$preset" --out "/tmp/runs/coder-$preset" \
-      --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="$budget" ${KZ_SETS:-} \
-      2>&1 | tee "$OUT/coder-$preset.log" | grep -v "it/s\]"
-    cp "/tmp/runs/coder-$preset/summary.json" "$OUT/coder-$preset-summary.json" 2>/dev/null
-    cp "/tmp/runs/coder-$preset/cold_start/cold_start.json" "$OUT/coder-$preset-cold_start.json" 2>/dev/null
+    if [ -n "${KZ_PARALLEL:-}" ]; then train_preset "$preset" & else train_preset "$preset"; fi
   done
+  wait
   # The Proposer that ships beside the Coder: from zero on the family generator's modules.
   [ -n "${KZ_SKIP_PROPOSER:-}" ] || timeout "${KZ_STEP_LIMIT_S:-200}" python3 -m kernelzero train --config proposer-cpu \
     --out /tmp/runs/proposer-cpu --set cold_start.time_budget_s="${KZ_PROPOSER_BUDGET_S:-100}" ${KZ_SETS_P:-} \
@@ -41,6 +47,18 @@ coders)
       -C "/tmp/runs/$m" -czf "$OUT/${m%%/*}-model.tgz" model
   done
   cp /tmp/runs/proposer-cpu/proposer_cold_start/proposer_cold_start.json "$OUT/" 2>/dev/null
+  ;;
+data)
+  # Verified rows from the host's many CPU cores (the Triton interpreter, as on CI): several
+  # module streams side by side (each composes and compiles its modules serially first), each
+  # cut at its time limit with what it judged written; they come back gzipped, one per stream.
+  for s in ${KZ_DATA_SEEDS:-1 2 3 4}; do
+    ( timeout $(( ${KZ_DATA_LIMIT_S:-480} + 60 )) python3 bench/family_data.py --modules "${KZ_DATA_MODULES:-20000}" \
+        --seed "$s" --workers "${KZ_DATA_WORKERS:-6}" --time-limit "${KZ_DATA_LIMIT_S:-480}" --out "/tmp/data-$s" \
+        > "$OUT/data-$s.log" 2>&1
+      gzip -c "/tmp/data-$s/data.jsonl" > "$OUT/family-seed$s.jsonl.gz" ) &
+  done
+  wait
   ;;
 gpu-coder)
   # The GPU-size Coder from zero, then on KernelBench's Level 1 problems the family covers, at
@@ -61,6 +79,6 @@ gpu-coder)
 *) echo "unknown part $part"; exit 2 ;;
 esac
 # The device returns at most 8 files: everything but the model tarballs goes into one.
-(cd "$OUT" && tar czf results.tgz --exclude='*-model.tgz' --exclude=results.tgz . \
-  && find . -mindepth 1 ! -name '*.tgz' -delete)
+(cd "$OUT" && tar czf results.tgz --exclude='*.tgz' --exclude='*.jsonl.gz' . \
+  && find . -mindepth 1 ! -name '*.tgz' ! -name '*.jsonl.gz' -delete)
 ls -la "$OUT"

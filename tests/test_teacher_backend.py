@@ -82,3 +82,28 @@ def test_distill_with_the_compiler_judges_each_task_once(tmp_path, capsys):
     assert sorted(r["task"] for r in rows) == ["Good", "Good2"]
     assert all(r["verdict"]["status"] == "correct" and r["teacher"] == "compiler" for r in rows)
     assert "-0.4" in next(r for r in rows if r["task"] == "Good2")["completion"][0]["content"]
+
+
+def test_distill_time_limit_writes_what_was_judged_and_a_rerun_resumes(tmp_path, capsys, monkeypatch):
+    from kernelzero.cli import main
+    from kernelzero.train import distill
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for i, c in enumerate(("1.75", "-0.4", "2.5")):
+        (tasks / f"{i + 1}_Good{i}.py").write_text(GOOD.replace("1.75", c))
+    out = tmp_path / "data.jsonl"
+    monkeypatch.setattr(distill, "JUDGE_CHUNK", 1)  # one kernel a chunk: the limit falls between
+    args = ["distill", "--teacher", "compiler", "--tasks", str(tasks), "--out", str(out), "--json"]
+    clock = iter([0.0, 0.5, 100.0])  # the deadline is set; one chunk runs, then time is up
+    monkeypatch.setattr(distill, "_now", lambda: next(clock))
+    assert main(args + ["--time-limit", "10"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert first["judged"] == 1 and first["unjudged"] == 2 and first["kept"] == 1
+    assert len(out.read_text().splitlines()) == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(distill, "JUDGE_CHUNK", 1)
+    assert main(args) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["judged"] == 3 and second["unjudged"] == 0 and second["kept"] == 3
+    assert main(args + ["--time-limit", "0"]) == 2  # a usage error, not a traceback

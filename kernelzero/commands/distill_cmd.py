@@ -30,6 +30,8 @@ def register(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--max-new-tokens", type=int, default=4096)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop judging after about S seconds; what was judged is written (a re-run resumes)")
     p.add_argument("--json", action="store_true", help="print the counts as one JSON document")
     add_eval_options(p)
     p.set_defaults(func=run)
@@ -43,7 +45,8 @@ def run(args) -> int:
     try:
         cfg = DistillConfig(teacher=args.teacher, k=args.k, fastest_only=args.fastest,
                             backend=args.kernel_lang, temperature=args.temperature,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed)
+                            max_new_tokens=args.max_new_tokens, seed=args.seed,
+                            time_limit_s=args.time_limit)
         tasks = load_task_source(args.tasks)
     except (ValueError, FileNotFoundError) as e:
         raise UsageError(str(e)) from None

@@ -97,15 +97,18 @@ def training_tasks(cfg: ColdStartConfig) -> list:
     return [Task(source=m.source, name=f"{i}_{m.name}", meta=m.meta) for i, m in enumerate(modules)]
 
 
-def make_data(cfg: ColdStartConfig, out_dir: Path, evaluator, log=print) -> dict:
-    """Compose and distill (steps 1-2); returns distill's counts plus the wall time."""
+def make_data(cfg: ColdStartConfig, out_dir: Path, evaluator, log=print,
+              time_limit_s: float | None = None) -> dict:
+    """Compose and distill (steps 1-2); returns distill's counts plus the wall time. With a time
+    limit, judging stops after it and the rows judged so far are written (a re-run resumes)."""
     from kernelzero.train.distill import DistillConfig, distill
 
     t0 = time.perf_counter()
     tasks = training_tasks(cfg)
     log(f"cold start: {len(tasks)} family modules composed; the teacher compiles them and the "
         "evaluator judges every kernel")
-    counts = distill(DistillConfig(teacher="compiler", k=1, prompt_style="compact", seed=cfg.seed),
+    counts = distill(DistillConfig(teacher="compiler", k=1, prompt_style="compact", seed=cfg.seed,
+                                   time_limit_s=time_limit_s),
                      tasks, evaluator, out_dir / "data.jsonl", progress=True)
     counts["wall_s"] = time.perf_counter() - t0
     return counts

@@ -16,6 +16,7 @@ Does not cover the fine-tuning (sft.py) or the prompt wording (kernelzero.coder.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,8 @@ class DistillConfig:
     temperature / max_new_tokens / seed: teacher sampling.
     prompt_style: `kernelbench`, `principles` (the cold-start prompt that states the
         optimisation principles) or `compact` (the small from-scratch Coders' prompt).
+    time_limit_s: stop judging new chunks after about this many seconds; the pairs judged so far
+        are written and the rest counted as `unjudged` (a re-run judges only those). None: no limit.
     """
 
     teacher: str
@@ -44,8 +47,11 @@ class DistillConfig:
     max_new_tokens: int = 4096
     seed: int = 0
     prompt_style: str = "principles"
+    time_limit_s: float | None = None
 
     def __post_init__(self) -> None:
+        if self.time_limit_s is not None and self.time_limit_s <= 0:
+            raise ValueError(f"time_limit_s={self.time_limit_s}: must be > 0 (or None for no limit)")
         if self.k < 1:
             raise ValueError(f"k={self.k}: must be >= 1")
         if self.backend not in ("triton", "cuda"):
@@ -67,6 +73,7 @@ def load_task_source(spec: str | Path) -> list[Task]:
 
 
 JUDGE_CHUNK = 256
+_now = time.monotonic  # the time limit's clock (a test replaces it)
 
 
 def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, progress: bool = False) -> dict:
@@ -100,10 +107,13 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
             where.append((ti, s, c))
     verdicts = []
     # Judged in chunks, each cached as soon as it is done: a long distillation shows its progress
-    # and a killed one resumes where it stopped.
+    # and a killed one resumes where it stopped. A time limit ends it between chunks.
     chunks = range(0, len(pairs), JUDGE_CHUNK)
+    deadline = None if cfg.time_limit_s is None else _now() + cfg.time_limit_s
     with tqdm(total=len(pairs), desc="distill: judging", unit="kernel", disable=not progress) as bar:
         for start in chunks:
+            if deadline is not None and _now() > deadline:
+                break
             chunk = pairs[start:start + JUDGE_CHUNK]
             verdicts += judge.judge(chunk, context={"phase": "distill", "teacher": cfg.teacher})
             bar.update(len(chunk))
@@ -127,9 +137,10 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
     tmp = out.with_suffix(out.suffix + ".tmp")
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     tmp.replace(out)
-    return {"tasks": len(tasks), "samples": len(pairs) + sum(skipped.values()), "judged": len(pairs),
+    return {"tasks": len(tasks), "samples": len(pairs) + sum(skipped.values()), "judged": len(verdicts),
             "correct": sum(v.correct for v in verdicts), "kept": len(rows), "tasks_kept": len(kept),
             "skipped": sum(skipped.values()), "skipped_reasons": dict(skipped.most_common()),
+            "unjudged": len(pairs) - len(verdicts),
             "verdicts": dict(Counter(v.status for v in verdicts)), "k": k, "out": str(out)}
 
 
