@@ -10,6 +10,9 @@
 #
 # Verified rows made elsewhere (e.g. on a CPU machine, where judging is cheap and the GPU is not
 # needed) are reused with KZ_CODER_DATA=path/to/data.jsonl; otherwise the Coder's run makes them.
+# KZ_CODER_MORE_STEPS=N continues the Coder's SFT for N more steps (`kernelzero sft`, learning rate
+# 1e-3, linear decay) before it ships: the shipped Coder is the cold start's 879 steps + 1,200 more
+# (docs/perf.md, "Learning from zero").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-runs/shipped}
@@ -30,6 +33,15 @@ ship() {  # ship SRC NAME
   rm -f "$dst/training_args.bin" "$dst/trainer_state.json"
   du -sh "$dst"
 }
-ship "$runs/coder-cpu/cold_start/model" coder-cpu
+coder=$runs/coder-cpu/cold_start/model
+if [ -n "${KZ_CODER_MORE_STEPS:-}" ]; then
+  bf16=$(python3 -c 'import torch; print("--bf16" if torch.cuda.is_available() else "")')
+  python3 -m kernelzero sft --model "$coder" --data "${KZ_CODER_DATA:-$runs/coder-cpu/cold_start/data.jsonl}" \
+    --out "$runs/coder-cpu/continued" --max-steps "$KZ_CODER_MORE_STEPS" --lr 1e-3 --batch-size 64 \
+    --max-length 2048 $bf16 --seed 1
+  cp "$coder/kernelzero_model.json" "$runs/coder-cpu/continued/"
+  coder=$runs/coder-cpu/continued
+fi
+ship "$coder" coder-cpu
 ship "$runs/proposer-cpu/proposer_cold_start/model" proposer-cpu
 python3 -c 'from kernelzero.models.shipped import shipped_model; print("shipped:", shipped_model("coder"), shipped_model("proposer"))'
