@@ -35,6 +35,14 @@ def load_backend(spec: str, **options) -> Backend:
             raise BackendSpecError(f"{spec!r}: the teacher compiler writes Triton only (compiler:triton)")
         from kernelzero.models.compiler import CompilerBackend
         return CompilerBackend(rest or "triton")
+    if kind == "shipped":  # `shipped` or `shipped:ROLE`: the model inside the package, by HF
+        from kernelzero.models.hf import HFBackend, HFConfig
+        from kernelzero.models.shipped import ShippedModelMissing, shipped_model
+        try:
+            path = shipped_model(rest or "coder")
+        except (ShippedModelMissing, ValueError) as e:
+            raise BackendSpecError(str(e)) from None
+        return HFBackend(str(path), HFConfig(**options))
     if not sep or not rest:
         raise BackendSpecError(f"model spec {spec!r} has no KIND:TARGET form; use one of: "
                                f"{SPEC_HELP}")
