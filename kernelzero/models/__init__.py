@@ -37,12 +37,7 @@ def load_backend(spec: str, **options) -> Backend:
         return CompilerBackend(rest or "triton")
     if kind == "shipped":  # `shipped` or `shipped:ROLE`: the model inside the package, by HF
         from kernelzero.models.hf import HFBackend, HFConfig
-        from kernelzero.models.shipped import ShippedModelMissing, shipped_model
-        try:
-            path = shipped_model(rest or "coder")
-        except (ShippedModelMissing, ValueError) as e:
-            raise BackendSpecError(str(e)) from None
-        return HFBackend(str(path), HFConfig(**options))
+        return HFBackend(str(_shipped_path(spec)), HFConfig(**options))
     if not sep or not rest:
         raise BackendSpecError(f"model spec {spec!r} has no KIND:TARGET form; use one of: "
                                f"{SPEC_HELP}")
@@ -74,11 +69,10 @@ def prompt_style_of(spec: str) -> str | None:
     import json
     from pathlib import Path
 
-    if spec.startswith("shipped"):
-        from kernelzero.models.shipped import ShippedModelMissing, shipped_model
+    if spec.partition(":")[0] == "shipped":
         try:
-            path = shipped_model(spec.partition(":")[2] or "coder")
-        except ShippedModelMissing:
+            path = _shipped_path(spec)
+        except BackendSpecError:
             return None
     elif spec.startswith(("hf:", "vllm:")):
         path = Path(spec.partition(":")[2])
@@ -88,3 +82,12 @@ def prompt_style_of(spec: str) -> str | None:
         return json.loads((Path(path) / "kernelzero_model.json").read_text()).get("prompt_style")
     except (OSError, ValueError):
         return None
+
+
+def _shipped_path(spec: str):
+    """The folder of the model a `shipped[:ROLE]` spec names (ROLE: coder by default)."""
+    from kernelzero.models.shipped import ShippedModelMissing, shipped_model
+    try:
+        return shipped_model(spec.partition(":")[2] or "coder")
+    except (ShippedModelMissing, ValueError) as e:  # not built, or no such role
+        raise BackendSpecError(str(e)) from None
