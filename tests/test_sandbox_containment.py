@@ -146,9 +146,11 @@ class Scene:
 
 
 @pytest.fixture
-def leftovers():
+def leftovers(tmp_path):
     yield
     _kill_leftovers()
+    for mark in tmp_path.rglob(MARK):  # an old scene is no target for a later one's fixtures
+        mark.unlink(missing_ok=True)
 
 
 def test_threat_11_is_contained(tmp_path, leftovers):

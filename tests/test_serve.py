@@ -331,7 +331,10 @@ def test_real_evaluator_hanging_candidate_times_out_and_server_stays_healthy():
         got = answer["r"].json()
         assert [v["status"] for v in got] == ["correct", "timeout"], [v["reason"] for v in got]
         assert "8 s" in got[1]["reason"]
-        assert busy_seen and slowest_health < 1.0  # judging never blocked the event loop
+        # judging never blocked the event loop: a blocked loop answers after the 8 s hang; a
+        # loaded 2-core machine has been seen to take over 1 s for an unblocked one
+        assert busy_seen, "health never saw the batch in flight"
+        assert slowest_health < 4.0, f"health took {slowest_health:.1f} s while judging"
         h = httpx.get(f"{u}/health", timeout=5).json()
         assert h["status"] == "ok" and h["pool"] == "local" and h["in_flight"] == 0
         assert h["workers"] == {"aborted": False, "device": "cpu", "max_workers": 2}
