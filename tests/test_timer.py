@@ -29,6 +29,7 @@ class SimGPU:
         self.off_cpu_ms, self.off_s = off_cpu_ms, 0.0
         self.slept: list[int] = []
         self.slept_s: list[float] = []  # the host's own sleeps (time.sleep)
+        self.woke_after_end: list[bool] = []  # per sleep: the queued work was done at waking
         self.synced_at: float | None = None  # when the last synchronize found the GPU idle
 
     def queue(self, ms: float) -> float:
@@ -44,6 +45,8 @@ class SimGPU:
     def _sleep(self, seconds: float) -> None:
         self.slept_s.append(seconds)
         time.sleep(seconds)
+        # a loaded machine wakes the host late, past the call's end: the loop must see it
+        self.woke_after_end.append(time.perf_counter() >= self.free_at)
 
     def primitives(self) -> dict:
         def record(ev, stream):
@@ -242,7 +245,10 @@ def test_the_host_sleeps_through_most_of_a_long_synchronised_call():
     assert not reply["work_after_stream"] and len(reply["times_ms"]) == 20
     assert len(gpu.slept_s) >= reply["synced_calls"] - 1
     assert all(abs(x - (4.0 - SPIN_MS) / 1e3) < 0.5e-3 for x in gpu.slept_s)
-    assert reply["disturbed_syncs"] <= 1  # none overslept (one may, on a loaded test machine)
+    # disturbed: the synchronizes whose sleep overshot the call's end (the OS woke the host
+    # late; none on an idle machine, many on a loaded one). One more may be seen by the loop
+    # a few microseconds after the simulation's own look.
+    assert reply["disturbed_syncs"] <= sum(gpu.woke_after_end) + 1, gpu.woke_after_end
 
 
 def test_work_after_the_call_is_caught_on_a_busy_host_too():
