@@ -31,7 +31,7 @@ from kernelzero.train.checkpoint import OptimizerCarryMixin
 from kernelzero.train.config import CAGRPOConfig, TrainConfig
 from kernelzero.train.fast_rollouts import FastRolloutMixin
 from kernelzero.train.judging import Judge
-from kernelzero.train.rewards import ca_grpo_rewards, speed_score
+from kernelzero.train.rewards import ca_grpo_rewards, verdict_reward_parts
 from kernelzero.train.sft import checkpointing
 from kernelzero.train.steplog import PhaseTimerMixin, quiet
 
@@ -94,11 +94,7 @@ class EvaluatorReward(RawRewardSource):
         pairs = [(self.tasks[t], self.to_candidate(text)) for t, text in zip(task_id, completions)]
         verdicts = self.judge.judge(pairs, context=self.context())
         self.last_verdicts = verdicts
-        # A speedup the judge could not confirm against its own clock earns no speed reward.
-        return [(1.0 if v.correct else 0.0,
-                 speed_score(v.speedup, self.ca.s_max, self.ca.speed_transform)
-                 if v.correct and "timing_unconfirmed" not in v.flags else 0.0)
-                for v in verdicts]
+        return [verdict_reward_parts(v, self.ca.s_max, self.ca.speed_transform) for v in verdicts]
 
 
 class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, GRPOTrainer):

@@ -47,6 +47,38 @@ def speed_score(speedup: float | None, s_max: float = 10.0, transform: SpeedTran
     return min(max(float(speedup) - 1.0, 0.0), max(s_max - 1.0, 0.0))
 
 
+def verdict_reward_parts(verdict, s_max: float = 10.0,
+                         transform: SpeedTransform = "clip") -> tuple[float, float]:
+    """(c_i, S_i) of one judged sample, the same for every engine (TRL here, verl in
+    `kernelzero.serve.verl`): c = 1 for a correct verdict, else 0; S its speed score, and 0 for a
+    wrong kernel or a speedup the judge could not confirm against its own clock
+    (`timing_unconfirmed`). Reads `correct`, `speedup` and `flags` (a Verdict or its like)."""
+    correct = bool(verdict.correct)
+    confirmed = "timing_unconfirmed" not in (verdict.flags or [])
+    speed = speed_score(verdict.speedup, s_max, transform) if correct and confirmed else 0.0
+    return (1.0 if correct else 0.0), speed
+
+
+def keyed_ca_grpo_rewards(correct: Sequence[float], speed: Sequence[float], keys: Sequence,
+                          alpha: float = 0.5, beta: float = 0.1) -> list[float]:
+    """CA-GRPO rewards where a group is every sample sharing a key (the same prompt), in any
+    order: for engines that hand over a batch without saying where its groups start (verl). A
+    sample alone in its group is gated by itself: a correct one gets 1 + beta * S."""
+    if not len(correct) == len(speed) == len(keys):
+        raise ValueError(f"{len(correct)} correctness values, {len(speed)} speed scores and "
+                         f"{len(keys)} keys")
+    groups: dict = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    rewards = [0.0] * len(keys)
+    for members in groups.values():
+        group, _ = ca_grpo_rewards([correct[i] for i in members], [speed[i] for i in members],
+                                   len(members), alpha, beta)
+        for i, r in zip(members, group):
+            rewards[i] = r
+    return rewards
+
+
 @dataclass
 class RewardComponents:
     """What one batch of CA-GRPO rewards was made of (logged every step).
