@@ -52,6 +52,30 @@ def test_mistakes_are_named(data, match):
         from_dict(data)
 
 
+@pytest.mark.parametrize("data, match", [
+    ({"seed": "abc"}, r"seed='abc': expected a whole number"),
+    ({"coder": {"group_size": 4.5}}, r"coder.group_size=4.5: expected a whole number"),
+    ({"use_vllm": "no"}, r"use_vllm='no': expected true or false"),
+    ({"rounds": True}, r"rounds=True: expected a whole number"),
+    ({"coder": {"beta": "0.1"}}, r"coder.beta='0.1': expected a number"),
+    ({"torch_threads": 2.5}, r"torch_threads=2.5: expected a whole number or null"),
+    ({"tiny_size": [128, "x"]}, r"tiny_size=\[128, 'x'\]: expected a list of 2"),
+    ({"proposer": {"band": 0.5}}, r"proposer.band=0.5: expected a list"),
+    ({"cold_start": {"time_budget_s": "fast"}}, r"cold_start.time_budget_s='fast'"),
+    ({"coder": 3}, r"coder: expected a section"),
+])
+def test_wrong_types_are_named_with_what_to_write(data, match):
+    """YAML that parses but means something else (a string for a flag is true) never runs."""
+    with pytest.raises(ValueError, match=match):
+        from_dict(data)
+
+
+def test_right_types_pass_and_an_int_is_a_float():
+    cfg = from_dict({"seed": 3, "coder": {"beta": 1, "group_size": 4}, "torch_threads": None,
+                     "cold_start": {"time_budget_s": 30}, "proposer": {"band": [0.2, 0.8]}})
+    assert (cfg.seed, cfg.coder.beta, cfg.cold_start.time_budget_s) == (3, 1, 30)
+
+
 def test_reward_section_overrides_merge_and_the_token_stays_out_of_the_run_copy(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("name: x\nreward: {url: 'http://h:1', token: s3cret}\n")
