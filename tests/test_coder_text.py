@@ -30,7 +30,7 @@ def test_prompt_holds_reference_example_and_naming_rule(backend, marker):
     assert marker in user and "Name your optimized architecture" in user and "ModelNew" in user
     assert "Tiling" not in user and "Target GPU" not in user
     # every code block in the prompt parses: the worked example is real code
-    from kernelzero.coder.extract import code_blocks
+    from kernelzero.models.completion import code_blocks
     blocks = code_blocks(user)
     assert len(blocks) == 3 and all(ast.parse(b) for b in blocks)
     assert chat[1]["meta"] == {"task": "L1/1_ReLU", "task_hash": TASK.hash, "level": 1,

@@ -35,6 +35,10 @@ def get_init_inputs():
     "Sure!\n```python\n" + MODULE.split("def get_inputs")[0] + "```\nand\n```python\ndef get_inputs"
     + MODULE.split("def get_inputs")[1] + "\n```",
     f"```python\n{MODULE}",  # unterminated fence
+    # read as the Coder's completions are (kernelzero.models.completion): chat tokens, tilde
+    # fences, a reasoning block the model never closed
+    f"<|im_start|>assistant\n~~~python\n{MODULE}\n~~~<|im_end|>",
+    f"<think>a ReLU module will do\n```python\n{MODULE}\n```<|eot_id|>",
 ])
 def test_parse_module_variants(answer):
     src = parse_module(answer)

@@ -15,58 +15,10 @@ from __future__ import annotations
 import re
 
 from kernelzero.eval import Verdict
-from kernelzero.tasks.task import parse_python
+from kernelzero.models.completion import clean_completion, code_blocks, parses
 
-# Chat-template and end-of-text tokens of common model families.
-_SPECIAL_TOKENS_RE = re.compile(
-    r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|begin_of_text|start_header_id|"
-    r"end_header_id|eom_id|end|assistant|user|system|fim_[a-z]+)\|>"
-    r"|<｜[^｜<>]{1,40}｜>|</s>|<s>|\[/?INST\]|<end_of_turn>|<start_of_turn>(?:model|user)?")
-_THINK_RE = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.S | re.I)
-_OPEN_THINK_RE = re.compile(r"<(?:think|thinking|reasoning)>", re.I)
-_FENCE_RE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w+.-]*)[^\n]*\n", re.M)
 _MODELNEW_RE = re.compile(r"^\s*class\s+ModelNew\b", re.M)
 _CODE_START_RE = re.compile(r"^(?:import |from \S+ import |class |def |@|[A-Za-z_]\w* ?= ?|#)")
-
-
-def clean_completion(text: str, keep_reasoning: bool = False) -> str:
-    """The completion without chat tokens and (unless `keep_reasoning`) reasoning blocks.
-
-    A reasoning block that was never closed (the model ran out of tokens) loses only its tag:
-    code after it is still found."""
-    text = _SPECIAL_TOKENS_RE.sub("", text.replace("\r\n", "\n"))
-    if not keep_reasoning:
-        text = _THINK_RE.sub("\n", text)
-    text = _OPEN_THINK_RE.sub("\n", text)
-    return re.sub(r"</(?:think|thinking|reasoning)>", "\n", text, flags=re.I)
-
-
-def code_blocks(text: str) -> list[str]:
-    """Fenced code blocks in order; an unterminated last block runs to the end of the text."""
-    blocks = []
-    pos = 0
-    while True:
-        m = _FENCE_RE.search(text, pos)
-        if not m:
-            break
-        fence = m.group(1)
-        # Any line that starts with the fence closes the block (lenient: text may follow it).
-        close = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + ",}", re.M)
-        end = close.search(text, m.end())
-        if end is None:
-            blocks.append(text[m.end():])
-            break
-        blocks.append(text[m.end():end.start()])
-        pos = end.end()
-    return blocks
-
-
-def _parses(code: str) -> bool:
-    try:
-        parse_python(code)
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 _PARSE_BUDGET = 2000  # ast.parse attempts when cutting code out of prose
@@ -79,14 +31,14 @@ def _unfenced(text: str) -> str | None:
     at = next((i for i, line in enumerate(lines) if _MODELNEW_RE.match(line)), None)
     if at is None:
         return None
-    if _parses(text):
+    if parses(text):
         return text.strip("\n") + "\n"
     starts = [i for i in range(at + 1) if _CODE_START_RE.match(lines[i])] or [at]
     budget = _PARSE_BUDGET
     for start in starts:
         for end in range(len(lines), at, -1):
             code = "\n".join(lines[start:end]).strip("\n")
-            if _parses(code):
+            if parses(code):
                 return code + "\n"
             budget -= 1
             if budget <= 0:
@@ -103,7 +55,7 @@ def extract_code(completion: str) -> str | None:
         text = clean_completion(completion, keep_reasoning)
         with_model = [b for b in code_blocks(text) if _MODELNEW_RE.search(b)]
         if with_model:
-            parsing = [b for b in with_model if _parses(b)]
+            parsing = [b for b in with_model if parses(b)]
             code = (parsing or with_model)[-1]
             return code.strip("\n") + "\n"
         code = _unfenced(text)

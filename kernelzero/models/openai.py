@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import socket
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -27,9 +25,9 @@ from dataclasses import dataclass
 
 from kernelzero.models.base import (BackendError, Prompt, SamplingConfig, chat_messages,
                                     check_request)
+from kernelzero.retry import RETRY_STATUSES, RetriesExhausted, Retryable, call_with_retries
 
 KEY_ENV_VARS = ("KERNELZERO_API_KEY", "OPENAI_API_KEY")
-RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
 @dataclass
@@ -60,10 +58,6 @@ class OpenAIConfig:
             raise ValueError("OpenAIConfig.max_retries must be >= 0")
         if self.backoff_s < 0 or self.backoff_max_s < self.backoff_s:
             raise ValueError("OpenAIConfig needs 0 <= backoff_s <= backoff_max_s")
-
-
-class _Retryable(Exception):
-    pass
 
 
 def parse_spec(rest: str) -> tuple[str, str]:
@@ -112,17 +106,12 @@ class OpenAIBackend:
             body["seed"] = sampling.seed + index
         body.update(self.config.extra_body or {})
         data = json.dumps(body).encode()
-        last = ""
-        for attempt in range(self.config.max_retries + 1):
-            if attempt:
-                wait = min(self.config.backoff_max_s, self.config.backoff_s * 2 ** (attempt - 1))
-                time.sleep(wait * (1 + 0.25 * random.random()))
-            try:
-                return self._parse(self._post(data))
-            except _Retryable as e:
-                last = str(e)
-        raise BackendError(f"openai: {self.url} failed after {self.config.max_retries + 1} "
-                           f"attempts; last error: {last}")
+        try:
+            return call_with_retries(lambda: self._parse(self._post(data)), self.config.max_retries,
+                                     self.config.backoff_s, self.config.backoff_max_s)
+        except RetriesExhausted as e:
+            raise BackendError(f"openai: {self.url} failed after {e.attempts} attempts; last "
+                               f"error: {e.last.problem}") from None
 
     def _post(self, data: bytes) -> bytes:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -135,16 +124,16 @@ class OpenAIBackend:
         except urllib.error.HTTPError as e:
             text = self._scrub(e.read()[:500].decode("utf-8", "replace"))
             if e.code in RETRY_STATUSES:
-                raise _Retryable(f"HTTP {e.code}: {text}") from None
+                raise Retryable(f"HTTP {e.code}: {text}", _retry_after(e.headers), e.code) from None
             raise BackendError(f"openai: {self.url} answered HTTP {e.code}: {text}") from None
         except (TimeoutError, socket.timeout):
-            raise _Retryable(f"no answer within {self.config.timeout_s:g} s") from None
+            raise Retryable(f"no answer within {self.config.timeout_s:g} s") from None
         except urllib.error.URLError as e:
             if isinstance(e.reason, (TimeoutError, socket.timeout)):
-                raise _Retryable(f"no answer within {self.config.timeout_s:g} s") from None
-            raise _Retryable(f"connection failed: {e.reason}") from None
+                raise Retryable(f"no answer within {self.config.timeout_s:g} s") from None
+            raise Retryable(f"connection failed: {e.reason}") from None
         except (ConnectionError, OSError) as e:  # reset mid-answer, remote closed, ...
-            raise _Retryable(f"connection failed: {type(e).__name__}: {e}") from None
+            raise Retryable(f"connection failed: {type(e).__name__}: {e}") from None
 
     def _parse(self, raw: bytes) -> str:
         snippet = self._scrub(raw[:300].decode("utf-8", "replace"))
@@ -166,3 +155,11 @@ class OpenAIBackend:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
+
+
+def _retry_after(headers) -> float | None:
+    """The server's Retry-After in seconds (the delta form; a date counts as none)."""
+    try:
+        return float((headers or {}).get("Retry-After", ""))
+    except (TypeError, ValueError):
+        return None

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from kernelzero.catalog.specs import describe, get_spec
-from kernelzero.tasks.task import parse_python
+from kernelzero.models.completion import clean_completion, fenced_blocks, parses
 
 SYSTEM = (
     "You write PyTorch reference modules for a GPU-kernel benchmark. A second model will be asked "
@@ -73,8 +73,7 @@ class LLMProposerConfig:
             raise ValueError("LLMProposerConfig.n_examples and max_weak must be >= 0")
 
 
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|$)", re.S)
+_PYTHON = ("", "python", "py", "python3")
 _REQUIRED = ("class Model", "def get_inputs", "def get_init_inputs")
 
 
@@ -82,19 +81,11 @@ def _complete(code: str) -> bool:
     return all(k in code for k in _REQUIRED)
 
 
-def _parses(code: str) -> bool:
-    try:
-        parse_python(code)
-        return True
-    except SyntaxError:
-        return False
-
-
 def _trim_to_parse(code: str) -> str | None:
     lines = code.rstrip().splitlines()
     while lines:
         text = "\n".join(lines)
-        if _complete(text) and _parses(text):
+        if _complete(text) and parses(text):
             return text
         lines.pop()
     return None
@@ -102,9 +93,8 @@ def _trim_to_parse(code: str) -> str | None:
 
 def parse_module(text: str) -> str:
     """One KernelBench-format module from a model's answer; raises ParseError."""
-    text = _THINK.sub("", text or "")
-    blocks = [body for lang, body in _FENCE.findall(text)
-              if lang.lower() in ("", "python", "py", "python3")]
+    text = clean_completion(text or "")
+    blocks = [body for lang, body in fenced_blocks(text) if lang in _PYTHON]
     candidates = [b for b in blocks if _complete(b)][::-1]
     if blocks:
         candidates.append("\n\n".join(blocks))

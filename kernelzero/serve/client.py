@@ -2,27 +2,23 @@
 
 Covers: splitting a batch into requests the server accepts, sending up to `concurrency` of them
 at once, retrying with exponential backoff (and the server's Retry-After) on 429, 5xx and
-connection errors, and turning the JSON back into `Verdict` objects in input order. The training
+connection errors (kernelzero.retry, the one retry loop), and turning the JSON back into `Verdict` objects in input order. The training
 loop uses it in place of a local pool when `reward.url` is set.
 
 Does not cover: judging (the server does), storing verdicts (the caller's `on_verdict` does).
-A 4xx other than 429 is the caller's mistake and raises `RewardServiceError` at once.
+Another 4xx is the caller's mistake and raises `RewardServiceError` at once.
 """
 from __future__ import annotations
 
 import os
-import random
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from kernelzero.eval.verdict import Verdict
+from kernelzero.retry import RETRY_STATUSES, RetriesExhausted, Retryable, call_with_retries
 
 TOKEN_ENV = "KERNELZERO_REWARD_TOKEN"
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
-
-
 class RewardServiceError(RuntimeError):
     """The service refused the request (4xx), or kept failing after every retry."""
 
@@ -137,28 +133,28 @@ class RewardClient:
     def _request(self, method: str, path: str, retries: int | None = None, **kw):
         httpx = self._httpx
         retries = self.max_retries if retries is None else retries
-        attempt = 0
-        while True:
+
+        def attempt():
             try:
                 r = self._http.request(method, path, **kw)
-                if r.status_code < 400:
-                    return r
-                if r.status_code not in RETRY_STATUSES:
-                    raise RewardServiceError(f"{method} {path}: HTTP {r.status_code}: "
-                                             f"{_detail(r)}", status=r.status_code)
-                problem, retry_after = f"HTTP {r.status_code}: {_detail(r)}", _retry_after(r)
-                status = r.status_code
-            except (httpx.TransportError,) as e:
-                problem, retry_after, status = f"{type(e).__name__}: {e}", None, None
-            if attempt >= retries:
-                raise RewardServiceError(f"{method} {self.url}{path} failed after "
-                                         f"{attempt + 1} attempts; last: {problem}", status=status)
-            wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
-            wait = max(wait * random.uniform(0.5, 1.0), retry_after or 0.0)
-            attempt += 1
+            except httpx.TransportError as e:
+                raise Retryable(f"{type(e).__name__}: {e}") from None
+            if r.status_code < 400:
+                return r
+            problem = f"HTTP {r.status_code}: {_detail(r)}"
+            if r.status_code not in RETRY_STATUSES:
+                raise RewardServiceError(f"{method} {path}: {problem}", status=r.status_code)
+            raise Retryable(problem, _retry_after(r), r.status_code)
+
+        def count(_):
             with self._lock:
                 self.retries += 1
-            time.sleep(min(wait, self.max_backoff_s))
+
+        try:
+            return call_with_retries(attempt, retries, self.backoff_s, self.max_backoff_s, count)
+        except RetriesExhausted as e:
+            raise RewardServiceError(f"{method} {self.url}{path} failed after {e.attempts} "
+                                     f"attempts; last: {e.last.problem}", status=e.last.status) from None
 
     def close(self) -> None:
         self._http.close()
