@@ -129,6 +129,18 @@ def test_would_pass_mirrors_the_norm_rule():
     assert would_pass(torch.zeros(3), torch.zeros(3), 1e-4, 1e-4)
 
 
+def test_would_pass_scales_atol_by_the_outputs_rms_as_the_comparison_does():
+    """A large output (RMS 1000) with a constant offset of 0.05 where it is 0: the evaluator
+    accepts it (atol 1e-4 x 1000), so the audit must count it as passing too."""
+    ref = torch.full((1000,), 1000.0)
+    ref[:10] = 0.0
+    cand = ref.clone()
+    cand[:10] = 0.05
+    assert would_pass(cand, ref, 1e-4, 1e-4)
+    cand[:10] = 0.5
+    assert not would_pass(cand, ref, 1e-4, 1e-4)
+
+
 def test_wrapper_keeps_super_model_self_working():
     src = wrapped_source(HEALTHY_LINEAR.source)
     assert "super(_KZAuditOriginalModel, self)" in src and "class Model(_kz_torch.nn.Module)" in src
