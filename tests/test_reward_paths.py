@@ -7,7 +7,7 @@ import math
 import pytest
 
 from kernelzero.eval.verdict import Verdict
-from kernelzero.serve import verl
+from kernelzero.train import verl
 from kernelzero.tasks import Candidate, Task
 from kernelzero.train.config import CAGRPOConfig
 from kernelzero.train.ca_grpo import EvaluatorReward

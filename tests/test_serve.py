@@ -265,7 +265,7 @@ def test_client_gives_up_on_a_dead_server_with_a_clear_error():
 
 
 def test_verl_compute_score_calls_the_service(url, monkeypatch):
-    from kernelzero.serve import verl
+    from kernelzero.train import verl
 
     monkeypatch.setenv(verl.URL_ENV, url)
     monkeypatch.setattr(verl, "_client", None)

@@ -16,6 +16,7 @@ import re
 
 from kernelzero.eval import Verdict
 from kernelzero.models.completion import clean_completion, code_blocks, parses
+from kernelzero.tasks import Candidate
 
 _MODELNEW_RE = re.compile(r"^\s*class\s+ModelNew\b", re.M)
 _CODE_START_RE = re.compile(r"^(?:import |from \S+ import |class |def |@|[A-Za-z_]\w* ?= ?|#)")
@@ -62,6 +63,12 @@ def extract_code(completion: str) -> str | None:
         if code is not None:
             return code
     return None
+
+
+def to_candidate(completion: str) -> Candidate:
+    """The Coder's kernel in a completion as a Candidate; no code found gives an empty one
+    (judged `format_error`)."""
+    return Candidate(source=extract_code(completion) or "")
 
 
 def format_error_reason(completion: str) -> str:

@@ -2,5 +2,6 @@
 
 `kernelzero.serve.app` (FastAPI; needs `pip install 'kernelzero[serve]'`) serves a pool;
 `kernelzero.serve.client.RewardClient` talks to it with the evaluator's own API;
-`kernelzero.serve.verl` is a `compute_score` for verl. Nothing here is imported by `eval`.
+verl's `compute_score` is in `kernelzero.train.verl` (a training-engine adapter, beside TRL's).
+Nothing here is imported by `eval`.
 """

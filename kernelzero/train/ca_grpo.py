@@ -26,6 +26,7 @@ import torch
 from accelerate.utils import gather, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
+from kernelzero.coder.extract import to_candidate
 from kernelzero.tasks import Candidate, Task
 from kernelzero.train.checkpoint import OptimizerCarryMixin
 from kernelzero.train.config import CAGRPOConfig, TrainConfig
@@ -166,13 +167,6 @@ def grpo_args(out_dir: str, *, group_size: int, prompts_per_step: int, max_steps
     if logging_dir:
         kw["logging_dir"] = logging_dir
     return GRPOConfig(**kw)
-
-
-def to_candidate(completion: str) -> Candidate:
-    """The Coder's kernel in a completion; no code found gives an empty candidate (format_error)."""
-    from kernelzero.coder.extract import extract_code
-
-    return Candidate(source=extract_code(completion) or "")
 
 
 def coder_rows(tasks: list[Task], pc) -> list[dict]:

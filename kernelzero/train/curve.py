@@ -51,7 +51,7 @@ class PassAtOneCurve:
 
         from kernelzero.models import fastgen
         from kernelzero.tasks import Candidate
-        from kernelzero.train.ca_grpo import to_candidate
+        from kernelzero.coder.extract import to_candidate
 
         t0 = time.perf_counter()
         was_training = model.training

@@ -81,7 +81,7 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
     tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}."""
     from kernelzero.coder.prompts import PromptConfig, build_prompt
     from kernelzero.models import SamplingConfig, load_backend
-    from kernelzero.train.ca_grpo import to_candidate
+    from kernelzero.coder.extract import to_candidate
     from kernelzero.train.judging import Judge, VerdictCache
     from tqdm.auto import tqdm
 

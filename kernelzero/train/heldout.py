@@ -71,7 +71,7 @@ def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], ju
     from kernelzero.coder.prompts import build_prompt
     from kernelzero.metrics import summarize
     from kernelzero.models import SamplingConfig
-    from kernelzero.train.ca_grpo import to_candidate
+    from kernelzero.coder.extract import to_candidate
     from kernelzero.train.proposer_tools import coder_backend
 
     ho, pc = cfg.heldout, cfg.coder.prompt_config()

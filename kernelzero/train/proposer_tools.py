@@ -37,7 +37,7 @@ def coder_side(cfg: TrainConfig, coder_model: str):
     """(generate, prompt, to_candidate) for the current Coder checkpoint, and a closer."""
     from kernelzero.coder.prompts import build_prompt
     from kernelzero.models import SamplingConfig
-    from kernelzero.train.ca_grpo import to_candidate
+    from kernelzero.coder.extract import to_candidate
 
     backend = coder_backend(cfg, coder_model)
     pc = cfg.coder.prompt_config()

@@ -50,7 +50,7 @@ def speed_score(speedup: float | None, s_max: float = 10.0, transform: SpeedTran
 def verdict_reward_parts(verdict, s_max: float = 10.0,
                          transform: SpeedTransform = "clip") -> tuple[float, float]:
     """(c_i, S_i) of one judged sample, the same for every engine (TRL here, verl in
-    `kernelzero.serve.verl`): c = 1 for a correct verdict, else 0; S its speed score, and 0 for a
+    `kernelzero.train.verl`): c = 1 for a correct verdict, else 0; S its speed score, and 0 for a
     wrong kernel or a speedup the judge could not confirm against its own clock
     (`timing_unconfirmed`). Reads `correct`, `speedup` and `flags` (a Verdict or its like)."""
     correct = bool(verdict.correct)
