@@ -193,7 +193,7 @@ def main(argv=None) -> int:
 
     import yaml
 
-    from kernelzero.train.config import PRESET_DIR, from_dict
+    from kernelzero.train.config_file import PRESET_DIR, from_dict
     from kernelzero.train.loop import Loop
 
     base_path = Path(args.base)

@@ -205,7 +205,7 @@ def test_generate_without_a_model_uses_the_shipped_coder(tmp_path, capsys, monke
 
 # ------------------------------------------------------------------ the cold start in the loop
 def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path):
-    from kernelzero.train.config import from_dict
+    from kernelzero.train.config_file import from_dict
     from kernelzero.train.loop import Loop
 
     cfg = from_dict({

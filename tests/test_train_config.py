@@ -1,7 +1,8 @@
 """Training config: paper defaults, presets load, mistakes are named."""
 import pytest
 
-from kernelzero.train.config import TrainConfig, from_dict, load_config, preset_names
+from kernelzero.train.config import TrainConfig
+from kernelzero.train.config_file import from_dict, load_config, preset_names
 
 
 def test_paper_defaults():

@@ -150,7 +150,7 @@ def test_serve_takes_the_judging_settings_of_a_training_config(tmp_path):
 
     from kernelzero.commands.serve_cmd import _eval_fields
     from kernelzero.eval import EvalConfig
-    from kernelzero.train.config import PRESET_DIR
+    from kernelzero.train.config_file import PRESET_DIR
 
     args = argparse.Namespace(eval_config="single-h200", device=None, workers=3, policy=None,
                               tolerance=None)

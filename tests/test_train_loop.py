@@ -109,7 +109,7 @@ def test_coder_phase_records_pool_pass_rates_and_the_band_follows_them(tmp_path,
     from types import SimpleNamespace
 
     from kernelzero.train import ca_grpo
-    from kernelzero.train.config import load_config
+    from kernelzero.train.config_file import load_config
     from kernelzero.train.loop import Loop
 
     loop = Loop(load_config("plumbing-cpu"), tmp_path / "run")

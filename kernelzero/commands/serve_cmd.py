@@ -78,7 +78,7 @@ def _eval_fields(args) -> dict:
     train` loads it), then the flags given on the command line."""
     fields: dict = {}
     if args.eval_config:
-        from kernelzero.train.config import load_config
+        from kernelzero.train.config_file import load_config
         try:
             fields = dict(load_config(args.eval_config).eval)
         except (OSError, ValueError, TypeError) as e:

@@ -74,7 +74,7 @@ def run(args) -> int:
     import yaml
 
     from kernelzero.cli import UsageError
-    from kernelzero.train.config import load_config
+    from kernelzero.train.config_file import load_config
 
     overrides = {"rounds": args.rounds} if args.rounds is not None else {}
     for item in args.set:

@@ -85,8 +85,8 @@ class EvalConfig:
         output-sized allocations, not the large ones the copies are otherwise cut from.
     ipc_min_bytes: with `ipc`, output tensors smaller than this go through shared host memory
         instead: copying them is cheap, while every CUDA IPC mapping is a driver call, which
-        other processes' allocations and frees can hold up (up to 250 ms a reply measured with
-        1.6 MB outputs, docs/perf.md).
+        other processes' allocations and frees can hold up (50-680 ms of decoding per candidate measured
+        under load, docs/perf.md).
     ipc_arena: with `ipc`, each worker copies the outputs it shares into one allocation (its
         arena, cuda_ipc.Arena) which the judge maps once: a candidate's is sized from the
         reference's outputs and mapped before the GPU lock is taken, so no mapping is left

@@ -67,7 +67,7 @@ class Arena:
     shares (a slice each, in stream order) instead of giving each its own allocation.
 
     Why: every allocation the judge maps is a driver call, and under load those calls take
-    tens to hundreds of milliseconds (docs/perf.md, ninth session); when they happen inside a
+    tens to hundreds of milliseconds (docs/history/perf-log.md, ninth session); when they happen inside a
     GPU-lock hold, every timing waits for them. A candidate's arena is sized from the
     reference's outputs and mapped by the judge before it takes the GPU lock (the `arena`
     command, Evaluator._map_arena), so its trials' and timed calls' outputs are then read

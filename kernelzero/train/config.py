@@ -1,8 +1,8 @@
 """Training configuration: every knob of distillation, CA-GRPO, the Proposer update and the loop,
-documented once here, validated whole when built, loaded from YAML.
+documented once here, validated whole when built.
 
-Covers the dataclasses and the YAML presets under `kernelzero/train/presets/` (`tiny-cpu`,
-`single-h200`). Does not cover the evaluator's own knobs (`kernelzero.eval.EvalConfig`; the `eval`
+Covers the dataclasses; loading them from a preset under `kernelzero/train/presets/` (`tiny-cpu`,
+`single-h200`) or a YAML file is kernelzero/train/config_file.py. Does not cover the evaluator's own knobs (`kernelzero.eval.EvalConfig`; the `eval`
 section of a YAML file is passed to it verbatim), how a judging pool is built from the `reward`
 section (kernelzero/train/judging.py), nor how a multi-GPU job is launched (that is
 `accelerate launch --config_file kernelzero/train/accelerate/*.yaml`, see docs/training.md).
@@ -15,17 +15,11 @@ so: the learning rate (1e-6) is TRL's GRPO default, the loss type is `grpo` (the
 from __future__ import annotations
 
 import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from kernelzero.train.rewards import SPEED_TRANSFORMS
 
-PRESET_DIR = Path(__file__).parent / "presets"
 LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo")  # TRL 1.16 names we allow
 
 
@@ -350,8 +344,8 @@ class TrainConfig:
     def eval_config(self):
         """The `eval` section as an EvalConfig. On cuda, unless the section sets `spares`, the
         spare pool holds one worker per candidate and task of a Coder step, started ahead so
-        that process starts stay out of the batch (on the H200 a 30-worker batch judged in 8.8 s
-        with 30 spares and 18.2 s with 18: docs/perf.md, fourth session); each spare holds a
+        that process starts stay out of the batch (on the H200 a 30-worker batch judged in 9.3-9.5 s
+        with 30 spares and 14.4-16.1 s with 18: docs/perf.md); each spare holds a
         CUDA context and library handles (roughly 0.5-1 GB of GPU memory; an estimate)."""
         from kernelzero.eval import EvalConfig
         cfg = EvalConfig(**self.eval_kwargs())
@@ -390,105 +384,3 @@ def _check_common(cfg, section: str) -> None:
         raise ValueError(f"{section}: token limits must be >= 1")
     if cfg.temperature <= 0:
         raise ValueError(f"{section}.temperature must be positive")
-
-
-def preset_names() -> list[str]:
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
-    """A TrainConfig from a preset name (`tiny-cpu`) or a YAML file path; unknown keys are errors."""
-    path = Path(spec)
-    if not path.suffix and (PRESET_DIR / f"{spec}.yaml").exists():
-        path = PRESET_DIR / f"{spec}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"no config file or preset {spec!r} (presets: {', '.join(preset_names())})")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level")
-    _merge(data, overrides or {})
-    return from_dict(data)
-
-
-def _merge(data: dict, overrides: dict) -> None:
-    """Overrides into the file's data, section by section: `--reward-url` sets reward.url and
-    `--set cold_start.sft.max_steps=9` one key, keeping the file's other keys there."""
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(data.get(key), dict):
-            _merge(data[key], value)
-        else:
-            data[key] = value
-
-
-def from_dict(data: dict) -> TrainConfig:
-    """Build a TrainConfig, naming unknown keys (a typo should not silently fall back to a default)."""
-    from kernelzero.train.cold_start import ColdStartConfig
-
-    sections = {"coder": CAGRPOConfig, "proposer": ProposerConfig, "heldout": HeldOutConfig,
-                "reward": RewardConfig, "cold_start": ColdStartConfig}
-    top = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = [k for k in data if k not in top]
-    for name, cls in sections.items():
-        if data.get(name) is not None and not isinstance(data[name], dict):
-            raise ValueError(f"{name}: expected a section (a mapping of keys), got {data[name]!r}")
-        allowed = {f.name for f in dataclasses.fields(cls)}
-        unknown += [f"{name}.{k}" for k in (data.get(name) or {}) if k not in allowed]
-    if unknown:
-        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
-    _check_types(TrainConfig, {k: v for k, v in data.items() if k not in sections}, "")
-    for name, cls in sections.items():
-        _check_types(cls, data.get(name) or {}, f"{name}.")
-    kw = dict(data)
-    for name, cls in sections.items():
-        if name in kw:
-            kw[name] = cls(**(kw[name] or {}))
-    return TrainConfig(**kw)
-
-
-_KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
-         dict: "a mapping", list: "a list", tuple: "a list"}
-
-
-def _check_types(cls, data: dict, where: str) -> None:
-    """Each value of a config section against its field's type: YAML gives `4.5` for an int
-    field, `"abc"` for a seed or `"no"` (a string, so true) for a flag, and none of these should
-    run. An int passes where a float is wanted; nothing else is converted."""
-    hints = typing.get_type_hints(cls)
-    for key, value in data.items():
-        if not _fits(value, hints[key]):
-            raise ValueError(f"{where}{key}={value!r}: expected {_describe(hints[key])}")
-
-
-def _fits(value, hint) -> bool:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is typing.Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_fits(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(_fits(v, args[0]) for v in value)
-        return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
-    base = origin or hint
-    if base is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if base is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if dataclasses.is_dataclass(base):
-        return isinstance(value, (dict, base))
-    return isinstance(value, base)
-
-
-def _describe(hint) -> str:
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join("null" if a is type(None) else _describe(a) for a in args)
-    if typing.get_origin(hint) is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            return f"a list (each {_describe(args[0])})"
-        return f"a list of {len(args)} ({', '.join(_describe(a) for a in args)})"
-    return _KIND.get(typing.get_origin(hint) or hint, getattr(hint, "__name__", str(hint)))

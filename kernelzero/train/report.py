@@ -75,7 +75,7 @@ def round_figures(phases: dict, held: dict, pool, ks: tuple[int, ...], band=(0.0
 
 
 def write_round_report(out: Path, r: int, phases: dict, held: dict, pool, steps: list[dict], tb=None) -> dict:
-    from kernelzero.train.config import from_dict
+    from kernelzero.train.config_file import from_dict
     import yaml
 
     cfg = from_dict(yaml.safe_load((out / "config.yaml").read_text()))

@@ -1,0 +1,119 @@
+"""A training run's config from a file: a preset name (`tiny-cpu`) or a YAML path, merged with
+command-line overrides, every key and every value's type checked against the config's
+dataclasses (kernelzero.train.config) before anything runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+
+import yaml
+
+from kernelzero.train.config import (CAGRPOConfig, HeldOutConfig, ProposerConfig, RewardConfig,
+                                     TrainConfig)
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
+    """A TrainConfig from a preset name (`tiny-cpu`) or a YAML file path; unknown keys are errors."""
+    path = Path(spec)
+    if not path.suffix and (PRESET_DIR / f"{spec}.yaml").exists():
+        path = PRESET_DIR / f"{spec}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no config file or preset {spec!r} (presets: {', '.join(preset_names())})")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    _merge(data, overrides or {})
+    return from_dict(data)
+
+
+def _merge(data: dict, overrides: dict) -> None:
+    """Overrides into the file's data, section by section: `--reward-url` sets reward.url and
+    `--set cold_start.sft.max_steps=9` one key, keeping the file's other keys there."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            _merge(data[key], value)
+        else:
+            data[key] = value
+
+
+def from_dict(data: dict) -> TrainConfig:
+    """Build a TrainConfig, naming unknown keys (a typo should not silently fall back to a default)."""
+    from kernelzero.train.cold_start import ColdStartConfig
+
+    sections = {"coder": CAGRPOConfig, "proposer": ProposerConfig, "heldout": HeldOutConfig,
+                "reward": RewardConfig, "cold_start": ColdStartConfig}
+    top = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = [k for k in data if k not in top]
+    for name, cls in sections.items():
+        if data.get(name) is not None and not isinstance(data[name], dict):
+            raise ValueError(f"{name}: expected a section (a mapping of keys), got {data[name]!r}")
+        allowed = {f.name for f in dataclasses.fields(cls)}
+        unknown += [f"{name}.{k}" for k in (data.get(name) or {}) if k not in allowed]
+    if unknown:
+        raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+    _check_types(TrainConfig, {k: v for k, v in data.items() if k not in sections}, "")
+    for name, cls in sections.items():
+        _check_types(cls, data.get(name) or {}, f"{name}.")
+    kw = dict(data)
+    for name, cls in sections.items():
+        if name in kw:
+            kw[name] = cls(**(kw[name] or {}))
+    return TrainConfig(**kw)
+
+
+_KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+         dict: "a mapping", list: "a list", tuple: "a list"}
+
+
+def _check_types(cls, data: dict, where: str) -> None:
+    """Each value of a config section against its field's type: YAML gives `4.5` for an int
+    field, `"abc"` for a seed or `"no"` (a string, so true) for a flag, and none of these should
+    run. An int passes where a float is wanted; nothing else is converted."""
+    hints = typing.get_type_hints(cls)
+    for key, value in data.items():
+        if not _fits(value, hints[key]):
+            raise ValueError(f"{where}{key}={value!r}: expected {_describe(hints[key])}")
+
+
+def _fits(value, hint) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is typing.Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(v, args[0]) for v in value)
+        return len(value) == len(args) and all(_fits(v, a) for v, a in zip(value, args))
+    base = origin or hint
+    if base is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if base is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if dataclasses.is_dataclass(base):
+        return isinstance(value, (dict, base))
+    return isinstance(value, base)
+
+
+def _describe(hint) -> str:
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _describe(a) for a in args)
+    if typing.get_origin(hint) is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return f"a list (each {_describe(args[0])})"
+        return f"a list of {len(args)} ({', '.join(_describe(a) for a in args)})"
+    return _KIND.get(typing.get_origin(hint) or hint, getattr(hint, "__name__", str(hint)))
