@@ -40,7 +40,7 @@ def compose_rate(target: str, apis: int, n: int, seed: int) -> dict:
 
 def run_once(n: int, apis: int, workers: int, seed: int, target: str) -> dict:
     from kernelzero.eval import EvalConfig, Evaluator
-    from kernelzero.propose.loop import ProposeConfig, propose_modules
+    from kernelzero.propose.pipeline import ProposeConfig, propose_modules
     cfg = ProposeConfig(n=n, apis=apis, seed=seed, target=target, workers=workers)
     load0 = os.getloadavg()
     with Evaluator(EvalConfig(device="cpu", max_workers=workers)) as ev:

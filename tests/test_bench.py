@@ -10,7 +10,7 @@ import pytest
 from _coder_solutions import (EXAMPLES, PROSE, RELU_OK, RELU_WRONG, SOFTMAX_OK, SUM_OK, answer,
                               one_torch_thread, write_jsonl)
 from kernelzero.cli import main
-from kernelzero.coder.bench import FORMAT_ERROR_MARKER, sample_file_text
+from kernelzero.coder.benchmark_run import FORMAT_ERROR_MARKER, sample_file_text
 from kernelzero.eval import EvalConfig, Evaluator, Verdict
 from kernelzero.store import Store, verdict_key
 from kernelzero.tasks import load_tasks, source_hash
@@ -230,7 +230,7 @@ def test_bench_usage_errors(argv, message, capsys, tmp_path, monkeypatch):
 
 
 def test_sampling_fills_holes_with_contiguous_requests(tmp_path):
-    from kernelzero.coder.bench import BenchRun
+    from kernelzero.coder.benchmark_run import BenchRun
     from kernelzero.models import SamplingConfig
 
     class Numbered:

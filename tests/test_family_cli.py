@@ -41,8 +41,8 @@ def test_propose_family_counts_duplicates_and_refuses_bad_options(tmp_path, caps
 
 def test_every_validated_candidate_is_accounted_for(tmp_path, monkeypatch, capsys):
     """16 candidates for 10 modules: the summary says what became of each of the 16."""
-    import kernelzero.propose.loop as loop
-    from kernelzero.propose.loop import Accepted, ProposeReport
+    import kernelzero.propose.pipeline as loop
+    from kernelzero.propose.pipeline import Accepted, ProposeReport
 
     def fake_propose(cfg, ev, candidates, dist, on_progress=None):
         rep = ProposeReport(candidates=16, validated=13,

@@ -9,7 +9,7 @@ import pytest
 from _coder_solutions import (EXAMPLES, PROSE, RELU_OK, RELU_WRONG, answer, one_torch_thread,
                               write_jsonl)
 from kernelzero.cli import main
-from kernelzero.coder.loop import best_attempt
+from kernelzero.coder.attempts import best_attempt
 from kernelzero.models import load_backend
 from kernelzero.tasks import Task
 
@@ -80,7 +80,7 @@ def test_generate_repairs_writes_the_best_kernel_and_reports_json(record, tmp_pa
 
 
 def test_best_attempt_prefers_the_fastest_timed_kernel():
-    from kernelzero.coder.loop import Attempt
+    from kernelzero.coder.attempts import Attempt
     from kernelzero.eval import Verdict
     task = Task.from_file(RELU)
 

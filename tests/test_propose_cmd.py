@@ -35,8 +35,8 @@ def test_propose_refuses_a_used_directory(tmp_path):
 
 def test_an_interrupted_propose_keeps_the_modules_already_accepted(tmp_path, monkeypatch, capsys):
     """Ctrl-C mid-run: every module accepted before it is on disk, with its manifest line."""
-    import kernelzero.propose.loop as loop
-    from kernelzero.propose.loop import Accepted, ProposeReport
+    import kernelzero.propose.pipeline as loop
+    from kernelzero.propose.pipeline import Accepted, ProposeReport
 
     def fake_propose(cfg, ev, candidates, dist, on_progress=None):
         rep = ProposeReport()

@@ -9,7 +9,7 @@ from kernelzero.catalog.cooccurrence import load_default
 from kernelzero.eval import EvalConfig, Evaluator
 from kernelzero.propose.composer import ComposeConfig, Composer
 from kernelzero.propose.llm import LLMProposer, LLMProposerConfig, ParseError, parse_module, weakness_summary
-from kernelzero.propose.loop import ProposeConfig, llm_candidates, propose_modules
+from kernelzero.propose.pipeline import ProposeConfig, llm_candidates, propose_modules
 
 MODULE = '''import torch
 import torch.nn as nn

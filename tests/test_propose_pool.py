@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelzero.propose.pool import TaskPool
+from kernelzero.propose.task_pool import TaskPool
 
 SRC = "import torch\nclass Model: pass\ndef get_inputs(): return []\ndef get_init_inputs(): return []\n"
 

@@ -1,7 +1,7 @@
 """`kernelzero bench`: sample and judge every task of a directory, then report the metrics.
 
 Covers: arguments, the environment key that makes stored verdicts reusable, progress bars, and
-rendering. The run folder and resuming are `kernelzero.coder.bench`; numbers come from
+rendering. The run folder and resuming are `kernelzero.coder.benchmark_run`; numbers come from
 `kernelzero.metrics`, files from `kernelzero.report`, storage from `kernelzero.store`; judging
 goes through the pool `--pool local|ray` names (`kernelzero.eval.pools`).
 """
@@ -76,7 +76,7 @@ def judging_env_key(evaluator) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from kernelzero.cli import UsageError
-    from kernelzero.coder.bench import BenchRun, records, safe_name
+    from kernelzero.coder.benchmark_run import BenchRun, records, safe_name
     from kernelzero.commands.eval_cmd import check_pool_args
     from kernelzero.commands.generate_cmd import build_common
     from kernelzero.metrics import summarize

@@ -2,7 +2,7 @@
 
 Covers: arguments, building the backend, prompt and evaluator from them, progress, the rendering
 of attempts and of the chosen kernel, and writing it to a file. The loop itself is
-`kernelzero.coder.loop`.
+`kernelzero.coder.attempts`.
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def _progress(total: int, desc: str, quiet: bool):
 
 def run(args: argparse.Namespace) -> int:
     from kernelzero.cli import UsageError
-    from kernelzero.coder.loop import LoopConfig, best_attempt, run_loop
+    from kernelzero.coder.attempts import LoopConfig, best_attempt, run_loop
     from kernelzero.commands.checks import require_file
     from kernelzero.eval import Evaluator
     from kernelzero.models import BackendError

@@ -72,7 +72,7 @@ def run(args) -> int:
         tqdm = _NoBar
     from kernelzero.catalog.cooccurrence import Distribution, load_default
     from kernelzero.eval import EvalConfig, Evaluator
-    from kernelzero.propose.loop import ProposeConfig, composer_candidates, llm_candidates, propose_modules
+    from kernelzero.propose.pipeline import ProposeConfig, composer_candidates, llm_candidates, propose_modules
     try:
         dist = Distribution.load(args.dist) if args.dist else load_default()
     except (OSError, ValueError, KeyError) as e:

@@ -15,7 +15,7 @@ Steps, each resumable (a step whose output exists is not done again):
 is judged by the evaluator it is given; on a GPU machine a CPU evaluator (the Triton interpreter,
 many workers) verifies the small training modules faster than compiling each kernel.
 
-Does not cover: the held-out evaluation (report.py) or the loop around it (loop.py).
+Does not cover: the held-out evaluation (round_report.py) or the loop around it (loop.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ sampler (kernelzero.models.fastgen) copies them at each point, samples greedily,
 goes back to training. Works with any TRL/transformers Trainer whose model is a Qwen2/Llama
 causal LM; other models are sampled with `generate`.
 
-Does not cover the held-out sets (heldout.py) or the final evaluation (report.py).
+Does not cover the held-out sets (heldout.py) or the final evaluation (round_report.py).
 """
 from __future__ import annotations
 

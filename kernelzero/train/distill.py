@@ -66,7 +66,7 @@ def load_task_source(spec: str | Path) -> list[Task]:
 
     path = Path(spec)
     if path.is_file() and path.suffix == ".db":
-        from kernelzero.propose.pool import TaskPool
+        from kernelzero.propose.task_pool import TaskPool
         with TaskPool(path) as pool:
             return [e.task() for e in pool.entries()]
     return load_tasks(path)

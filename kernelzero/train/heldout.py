@@ -9,7 +9,7 @@ one completion per task at temperature 0) and, with `samples`, at the Coder's te
 (pass@k); every completion is judged through the run's Judge (cached), and each set is
 summarised with kernelzero.metrics (bootstrap CIs over tasks).
 
-Does not cover the per-round report around it (report.py) or what is trained (loop.py).
+Does not cover the per-round report around it (round_report.py) or what is trained (loop.py).
 """
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ Layout of a run directory (runs/NAME):
     state.json           RunState: complete phases, latest weights and optimizer states, offsets
     steps.jsonl          one line per optimizer step (both phases); TensorBoard under tb/
     verdicts.jsonl       every verdict ever reached (append-only; the cache resumes from it)
-    pool.db              the task pool (kernelzero.propose.pool: every valid module, its p by
+    pool.db              the task pool (kernelzero.propose.task_pool: every valid module, its p by
                          round and phase)
     ckpt/r{R}-{phase}/   model/ (save_pretrained), optimizer.pt, rng.pt, phase.json
     reports/round_{R}.json|md, reports/rounds.png, reports/round_{R}/ (held-out report)
@@ -47,7 +47,7 @@ import yaml
 from kernelzero.train.checkpoint import PHASES, RunState, restore_rng, save_rng
 from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge, VerdictCache, open_pool
-from kernelzero.train.report import plot_heldout
+from kernelzero.train.round_report import plot_heldout
 from kernelzero.train.steplog import StepLogger, read_steps
 
 EXAMPLE_TASKS = Path(__file__).resolve().parent.parent / "examples" / "tasks"
@@ -90,7 +90,7 @@ class Loop:
             (self.out / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         suffix = "" if self.world == 1 else f".rank{self.rank}"
         self.cache = VerdictCache(self.out / f"verdicts{suffix}.jsonl")
-        from kernelzero.propose.pool import TaskPool
+        from kernelzero.propose.task_pool import TaskPool
         self.pool = TaskPool(self.out / "pool.db")
         self.steplog = self.out / "steps.jsonl"
         if self.resumed and self.rank == 0:
@@ -343,7 +343,7 @@ class Loop:
     # ------------------------------------------------------------------ reports
     def _heldout(self, round_idx: int) -> dict:
         from kernelzero.train.heldout import heldout_sets
-        from kernelzero.train.report import heldout_eval
+        from kernelzero.train.round_report import heldout_eval
 
         if self._sets is None:
             self._sets = heldout_sets(self.cfg, EXAMPLE_TASKS)
@@ -359,7 +359,7 @@ class Loop:
         self.state.save(self.out / "state.json")
 
     def _report(self, r: int) -> None:
-        from kernelzero.train.report import write_round_report
+        from kernelzero.train.round_report import write_round_report
 
         if self.rank != 0:
             return

@@ -11,7 +11,7 @@ one parallel `judge_many` call.
 Engine part: a plain `GRPOTrainer` (no gate here: the frontier reward is per module). Covers the
 reward source, the prompt dataset and the phase runner. Does not cover how a module is checked
 (`ProposerTools.validate`, the Proposer package's validation check), the formula
-(`kernelzero.propose.reward.frontier_reward`) or the pool's storage (`kernelzero.propose.pool.TaskPool`).
+(`kernelzero.propose.reward.frontier_reward`) or the pool's storage (`kernelzero.propose.task_pool.TaskPool`).
 """
 from __future__ import annotations
 
