@@ -1,25 +1,13 @@
 #!/usr/bin/env bash
-# Every GPU check and benchmark behind docs/perf.md, on a machine with NVIDIA GPUs, in three parts
-# (each fits a 10-minute slot on two H200s, running two lanes of steps side by side, one per GPU;
-# on one GPU the lanes run one after the other and steps that need two GPUs are skipped):
+# Every GPU check and benchmark behind docs/perf.md, on a machine with NVIDIA GPUs, in five named
+# parts (each fits a 10-minute slot on two H200s, running two lanes of steps side by side, one per
+# GPU; on one GPU the lanes run one after the other and steps that need two GPUs are skipped):
 #
-#   bash bench/run_all_gpu.sh eval  RESULTS_DIR  # GPU tests + throughput x1 | adversarial + spares 30
-#   bash bench/run_all_gpu.sh speed RESULTS_DIR  # single-h200 + repeatability | Proposer + throughput x2
-#   bash bench/run_all_gpu.sh scale RESULTS_DIR  # the Ray pool on 1 GPU, then on 2 (nothing beside)
-#   bash bench/run_all_gpu.sh judge RESULTS_DIR  # throughput x1, x2 (+ spares 30), adversarial | repeatability + GPU tests
-#   bash bench/run_all_gpu.sh timing RESULTS_DIR # throughput x1, x2, x4 (spares 30), x1 default, GPU tests | repeatability + adversarial
-#   bash bench/run_all_gpu.sh ratio RESULTS_DIR  # throughput x1 (8 and 16 at once), x2, GPU tests | repeatability + adversarial
-#   bash bench/run_all_gpu.sh final RESULTS_DIR  # throughput x1, x2, GPU tests | repeatability + adversarial
-#   bash bench/run_all_gpu.sh spread RESULTS_DIR # throughput x1, x1, x2 | x2, x1 (run-to-run spread)
-#   bash bench/run_all_gpu.sh seventh RESULTS_DIR # throughput x1 twice, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
-#   bash bench/run_all_gpu.sh eighth RESULTS_DIR  # x1 three times, x1 without the load reserve, x1 + spare_reserve_mb, x2, GPU tests | repeatability, adversarial
-#   bash bench/run_all_gpu.sh ninth RESULTS_DIR   # x1 seven times, alternating without the shared-output pool, GPU tests | adversarial, repeatability
-#   bash bench/run_all_gpu.sh tenth RESULTS_DIR   # x1 six times, alternating without the workers' arenas, GPU tests | adversarial, repeatability
-#   bash bench/run_all_gpu.sh tenth1 RESULTS_DIR  # one GPU, nothing beside: x1 four times, alternating without arenas, then the GPU tests
-#   bash bench/run_all_gpu.sh ab RESULTS_DIR      # one GPU: x1 runs alternating this tree (A) and B: KZ_AB_DIR's tree and/or KZ_AB_ARGS
-#   bash bench/run_all_gpu.sh fit RESULTS_DIR    # the Ray pool on 1 then 2 GPUs, spares sized to each judge's share; CA-GRPO 1 vs 2 GPUs
 #   bash bench/run_all_gpu.sh checks RESULTS_DIR # the evaluator's GPU tests, then the 2-GPU training test
-#   bash bench/run_all_gpu.sh train RESULTS_DIR  # CA-GRPO over 1 vs 2 GPUs (bench + GPU test)
+#   bash bench/run_all_gpu.sh eval   RESULTS_DIR # throughput x1, x2 (30 spares), GPU tests | repeatability, adversarial
+#   bash bench/run_all_gpu.sh train  RESULTS_DIR # a full single-h200 round | the Proposer at GPU sizes
+#   bash bench/run_all_gpu.sh scale  RESULTS_DIR # the Ray pool, then CA-GRPO, on 1 then 2 GPUs
+#   bash bench/run_all_gpu.sh ab     RESULTS_DIR # one GPU: x1 runs alternating this tree (A) and B: KZ_AB_DIR's tree and/or KZ_AB_ARGS
 #
 # KZ_START_METHOD (spawn|fork|auto) picks how the evaluator starts workers in the throughput runs;
 # KZ_ADV_ARGS adds pytest arguments to the adversarial step (e.g. -k resource_abuse), KZ_ADV_LIMIT_S
@@ -39,8 +27,8 @@
 # for the pools; trl, datasets for training). On the device tool: carry .whl and .whl-train.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|ab|spread|fit|checks|train RESULTS_DIR}
-R=${2:?usage: run_all_gpu.sh eval|speed|scale|judge|timing|ratio|final|seventh|eighth|ninth|tenth|tenth1|ab|spread|fit|checks|train RESULTS_DIR}
+part=${1:?usage: run_all_gpu.sh checks|eval|train|scale|ab RESULTS_DIR}
+R=${2:?usage: run_all_gpu.sh checks|eval|train|scale|ab RESULTS_DIR}
 mkdir -p "$R/files" && R=$(cd "$R" && pwd)  # absolute: some steps run in another directory
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" RAY_AUTH_MODE=disabled
 ngpu=$(python3 -c 'import torch; print(torch.cuda.device_count())')
@@ -82,74 +70,23 @@ SM=${KZ_START_METHOD:-auto}
 # Every step once: NAME LIMIT_S COMMAND (the parts below put them in lanes).
 S01="01_gpu_tests 340 bash scripts/test.sh -m gpu tests/test_eval_gpu.py tests/test_reserve.py tests/test_arena.py -p no:cacheprovider"
 S02="02_adversarial_cuda ${KZ_ADV_LIMIT_S:-340} env KZ_ADV_DEVICE=cuda bash scripts/test.sh tests/test_adversarial.py -p no:cacheprovider ${KZ_ADV_ARGS:-}"
-S03="03_throughput_x1 150 $TP --scales 1 --clocks cold warm --start-method $SM --out $R/files/tp_x1.json"
-S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
 S11="11_repeatability 300 $PY bench/eval_throughput.py --repeat-only --out $R/files/eval_repeatability.json"
-S12="12_throughput_x2 200 $TP --scales 2 --clocks warm cold --start-method $SM --out $R/files/tp_x2.json"
-S13="13_throughput_spares 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
-S14="14_throughput_x2_spares 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30.json"
-S17="17_throughput_again 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30_again.json"
-S18="18_throughput_x2_again 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30_again.json"
-S19="19_throughput_third 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30_third.json"
-S20="20_throughput_reserve 100 $TP --scales 1 --clocks warm --spares 30 --spare-reserve-mb 3072 --out $R/files/tp_x1_spares30_reserve.json"
-S24="24_throughput_no_load_reserve 100 $TP --scales 1 --clocks warm --spares 30 --load-reserve-factor 0 --out $R/files/tp_x1_spares30_noreserve.json"
-S16="16_throughput_w16 100 $TP --scales 1 --clocks warm --spares 30 --workers 16 --out $R/files/tp_x1_spares30_w16.json"
-S15="15_throughput_x4_spares 170 $TP --scales 4 --clocks warm --spares 30 --out $R/files/tp_x4_spares30.json"
+S13="13_throughput_x1 100 $TP --scales 1 --clocks warm --spares 30 --out $R/files/tp_x1_spares30.json"
+S14="14_throughput_x2 100 $TP --scales 2 --clocks warm --spares 30 --out $R/files/tp_x2_spares30.json"
+S04="04_propose_h200 ${KZ_PROPOSE_LIMIT_S:-220} $PY -m kernelzero propose --n 50 --target h200 --device cuda --workers ${KZ_PROPOSE_WORKERS:-8} --seed ${KZ_PROPOSE_SEED:-0} --out $R/files/proposed_h200"
 S21="21_train_single_h200 ${KZ_TRAIN_LIMIT_S:-380} $PY -m kernelzero train --config single-h200 --out $R/files/train_single_h200"
 
-if [ "$part" = eval ]; then  # ~8.5 min on 2 GPUs
-  two_lanes "$S01; $S03" "$S02; $S13"
-fi
+case "$part" in checks|eval|train|scale|ab) ;; *)
+  echo "unknown part $part: choose checks, eval, train, scale or ab" >&2; exit 2 ;; esac
 
-if [ "$part" = speed ]; then  # ~9.5 min on 2 GPUs
-  two_lanes "$S21; $S11" "$S04; $S12"
-fi
-
-if [ "$part" = judge ]; then  # ~9 min on 2 GPUs: every judging and timing check, no training
-  two_lanes "$S03; $S13; $S12; $S14; $S02" "$S11; $S01"
-fi
-
-if [ "$part" = timing ]; then  # ~9.5 min on 2 GPUs: the timed loop's cost, then its checks
-  two_lanes "$S13; $S14; $S15; $S03; $S01" "$S11; $S02"
-fi
-
-if [ "$part" = ratio ]; then  # ~8 min on 2 GPUs: wall / GPU at 8 and 16 at once, x2, GPU tests | repeatability, adversarial
-  two_lanes "$S13; $S16; $S14; $S17; $S01" "$S11; $S02"
-fi
-
-if [ "$part" = final ]; then  # ~7.5 min on 2 GPUs: throughput x1, x2, GPU tests | repeatability, adversarial
+if [ "$part" = eval ]; then  # ~7.5 min on 2 GPUs: the evaluator's figures, then its checks
   two_lanes "$S13; $S14; $S01" "$S11; $S02"
-fi
-
-if [ "$part" = seventh ]; then  # ~8 min on 2 GPUs: x1 twice, x1 with reserved spare memory, x2, GPU tests | repeatability, adversarial
-  two_lanes "$S13; $S17; $S20; $S14; $S01" "$S11; $S02"
-fi
-
-if [ "$part" = eighth ]; then  # ~7 min on 2 GPUs: x1 three times (reserve while loading), once without it, x1 + spare reserve, x2, GPU tests | repeatability, adversarial
-  two_lanes "$S13; $S24; $S17; $S19; $S20; $S14; $S01" "$S11; $S02"
 fi
 
 x1() {  # x1 NAME [ARGS...]: one warm x1 throughput step (30 spares) with extra arguments
   local name=$1; shift
   echo "$name ${KZ_X1_LIMIT_S:-100} $TP --scales 1 --clocks warm --spares 30 $* --out $R/files/tp_$name.json"
 }
-
-if [ "$part" = ninth ]; then  # ~7.5 min on 2 GPUs: wall / GPU with and without the shared-output pool, GPU tests | adversarial, repeatability
-  two_lanes "$(x1 61_x1_pool); $(x1 62_x1_no_pool --no-ipc-pool); $(x1 63_x1_pool); $(x1 64_x1_no_pool --no-ipc-pool)
-    ; $(x1 65_x1_pool); $(x1 66_x1_no_pool --no-ipc-pool); $(x1 67_x1_pool); $S01" "$S02; $S11"
-fi
-
-if [ "$part" = tenth ]; then  # ~8 min on 2 GPUs: wall / GPU with and without the workers' arenas, GPU tests | adversarial, repeatability
-  two_lanes "$(x1 71_x1_arena); $(x1 72_x1_no_arena --no-ipc-arena); $(x1 73_x1_arena); $(x1 74_x1_no_arena --no-ipc-arena)
-    ; $(x1 75_x1_arena); $(x1 76_x1_no_arena --no-ipc-arena); $S01" "$S02; $S11"
-fi
-
-if [ "$part" = tenth1 ]; then  # ~7.5 min on 1 GPU, nothing beside it: x1 four times, alternating without arenas, then the GPU tests
-  for s in "$(x1 81_x1_arena)" "$(x1 82_x1_no_arena --no-ipc-arena)" "$(x1 83_x1_arena)" \
-           "$(x1 84_x1_no_arena --no-ipc-arena)" "$S01"; do
-    eval "CUDA_VISIBLE_DEVICES=0 step $s"
-  done
-fi
 
 if [ "$part" = ab ]; then  # ~1.3 min a pair on 1 GPU: A (this tree) and B alternating, KZ_CPU_LOAD busy processes beside
   load=()
@@ -166,10 +103,6 @@ if [ "$part" = ab ]; then  # ~1.3 min a pair on 1 GPU: A (this tree) and B alter
       eval "CUDA_VISIBLE_DEVICES=0 step $(x1 ${tag}${k}_B ${KZ_AB_ARGS:-})"
     fi
   done
-fi
-
-if [ "$part" = spread ]; then  # ~2.5 min on 2 GPUs: wall / GPU three times at x1 and twice at x2
-  two_lanes "$S13; $S17; $S14" "$S18; $S19"
 fi
 
 pool_spares() {  # pool_spares NGPU: --spares for the Ray judges (KZ_POOL_SPARES)
@@ -198,11 +131,7 @@ train_steps() {  # CA-GRPO over 1 vs 2 GPUs
     --configs fsdp2 ddp --steps 4 --tokens 64 --out "$R/files/train_scaling.json"
 }
 
-if [ "$part" = scale ]; then  # ~5 min on 2 GPUs
-  ray_steps
-fi
-
-if [ "$part" = fit ]; then  # ~9.5 min on 2 GPUs: Ray scaling with sized spares, then CA-GRPO scaling
+if [ "$part" = scale ]; then  # ~9.5 min on 2 GPUs: Ray with spares sized to each judge's share, then CA-GRPO
   KZ_POOL_SPARES=${KZ_POOL_SPARES:-share} KZ_POOL_LIMIT_S=${KZ_POOL_LIMIT_S:-200} ray_steps
   KZ_SCALING_LIMIT_S=${KZ_SCALING_LIMIT_S:-300} train_steps
 fi
@@ -212,11 +141,8 @@ if [ "$part" = checks ]; then  # ~8 min on 2 GPUs: the GPU tests of the evaluato
   [ "$ngpu" -ge 2 ] && step 32_train_gpu_test 130 bash scripts/test.sh -m gpu tests/test_train_ca_grpo.py -p no:cacheprovider
 fi
 
-if [ "$part" = train ]; then  # ~6 min on 2 GPUs
-  train_steps
-  if [ "$ngpu" -ge 2 ]; then
-    step 32_train_gpu_test 130 bash scripts/test.sh -m gpu tests/test_train_ca_grpo.py -p no:cacheprovider
-  fi
+if [ "$part" = train ]; then  # ~6.5 min on 2 GPUs
+  two_lanes "$S21" "$S04"
 fi
 echo "part $part done in $(( $(date +%s) - t_all ))s" | tee -a "$R/summary.txt"
 save
