@@ -72,6 +72,62 @@ def test_grpo_step_changes_parameters_and_rewards_are_ca_grpo(tiny_model, tmp_pa
     assert len(logged) == 2 and all("ca_grpo/eval_latency_s" in e for e in logged)
 
 
+class RecordingReward(RawRewardSource):
+    """c_i = 1 for a completion with an even number of characters (a rule the model can follow),
+    no speed term; every scored (prompt, completion, c) is kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.scored: list[tuple[str, str, float]] = []
+
+    def score(self, prompts, completions, **_):
+        out = [(float(len(c) % 2 == 0), 0.0) for c in completions]
+        self.scored += [(p[-1]["content"], c, r) for p, c, (r, _) in zip(prompts, completions, out)]
+        return out
+
+
+def _completion_logprob(model, tok, prompt: str, completion: str) -> float:
+    """log p(completion | chat prompt) under `model`, summed over the completion's tokens."""
+    head = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                   tokenize=False)
+    ids = tok(head + completion, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    n = len(tok(head, add_special_tokens=False)["input_ids"])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1)
+    target = ids[0, 1:]
+    return float(logp[n - 1:].gather(1, target[n - 1:, None]).sum())
+
+
+def test_a_grpo_step_moves_the_policy_toward_the_rewarded_completions(tiny_model, tmp_path):
+    """After one step, the completions that earned c = 1 gained log-probability relative to
+    those that earned 0. Fails with the rewards negated before TRL sees them (they would lose
+    it), and with c = 1 for every sample (no advantage: nothing moves apart)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"task {i}"}], "task_id": f"t{i}"}
+                            for i in range(4)])
+    ca = CAGRPOConfig(group_size=8, prompts_per_step=2, learning_rate=3e-3, beta=0.0)
+    args = grpo_args(str(tmp_path / "out"), group_size=8, prompts_per_step=2, max_steps=1,
+                     learning_rate=3e-3, loss_type="grpo", kl_coef=0.0, max_completion_tokens=12,
+                     temperature=1.0, seed=0)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    before = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    reward = RecordingReward()
+    trainer = CAGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model), reward=reward,
+                            ca=ca, args=args, train_dataset=ds, processing_class=tok)
+    trainer.train()
+    after = trainer.model.eval()
+    gains = {0.0: [], 1.0: []}
+    for prompt, completion, c in reward.scored:
+        gains[c].append(_completion_logprob(after, tok, prompt, completion)
+                        - _completion_logprob(before, tok, prompt, completion))
+    assert gains[0.0] and gains[1.0], "no group had both outcomes: pick another seed"
+    mean = {c: sum(g) / len(g) for c, g in gains.items()}
+    assert mean[1.0] - mean[0.0] > 0.05, mean
+
+
 def _torchrun(n: int, model: Path, out: Path, gpus: bool = False) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     if not gpus:

@@ -84,6 +84,19 @@ def test_tiny_cpu_kill_and_resume(tmp_path):
                     "fast_1", "gate_open_rate", "pool_p_histogram"} <= set(fig)
         assert (d / "reports" / "rounds.png").exists()
         assert list((d / "tb").glob("events.out.tfevents.*"))
+    # resuming restores what the next phase starts from: the RNG states (the resumed run samples
+    # and steps exactly as the uninterrupted one: the same final weights) and the optimizer,
+    # carried from phase to phase (Adam's step count after round 1's Coder phase covers both
+    # rounds' steps, not one phase's)
+    import torch
+    from safetensors.torch import load_file
+    final = [load_file(d / "ckpt" / "r1-coder" / "model" / "model.safetensors") for d in (cut_dir, full_dir)]
+    assert final[0].keys() == final[1].keys()
+    assert all(torch.equal(final[0][k], final[1][k]) for k in final[0]), "resumed weights differ"
+    for d in (cut_dir, full_dir):
+        opt = torch.load(d / "ckpt" / "r1-coder" / "optimizer.pt", weights_only=False)
+        steps = {float(st["step"]) for st in opt["state"].values()}
+        assert steps == {4.0}, f"{d.name}: Adam's step {steps} after 2 Coder phases of 2 steps"
     r1 = json.loads((cut_dir / "reports" / "round_2.json").read_text())
     assert r1 == {**r1, **{k: json.loads((full_dir / "reports" / "round_2.json").read_text())[k]
                            for k in ("proposer_valid_rate", "pass@1", "pool_size", "gate_open_rate")}}
