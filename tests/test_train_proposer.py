@@ -103,3 +103,57 @@ def test_verdict_cache_judges_each_pair_once_and_survives_a_torn_line(tmp_path):
         except json.JSONDecodeError:
             pass
     assert len(keys) == len(set(keys)) == 3
+
+
+def test_a_proposer_step_moves_toward_frontier_modules(tmp_path):
+    """One GRPO step of the Proposer on the frontier reward: the completions whose modules sat at
+    the Coder's frontier (p = 0.5, reward 1) gained log-probability against those the Coder
+    always solves (p = 1, reward 0). Fails with the reward negated before TRL sees it."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kernelzero.models.tiny import build_tiny_model
+    from kernelzero.train.ca_grpo import completion_text
+    from kernelzero.train.proposer_grpo import run_proposer_phase
+    from tests.test_train_ca_grpo import _completion_logprob
+
+    model = build_tiny_model(tmp_path / "proposer", hidden_size=32, num_layers=2)
+    torch.manual_seed(0)
+    # Any completion is a module; its length decides where it sits: even -> p = 0.5, odd -> p = 1.
+    tools = ProposerTools(
+        prompt=lambda apis, weak: [{"role": "user", "content": f"write {','.join(apis)}"}],
+        parse=lambda text: MODULE.format(n=4 + len(text) % 2),
+        validate=lambda task, apis: (True, ""),
+        reward=frontier_reward,
+        coder_generate=lambda prompts, n: [
+            [f"{'OK' if (i % 2 or 'N = 5' in p[0]['content']) else 'bad'} {i}" for i in range(n)]
+            for p in prompts],
+        coder_prompt=lambda task: [{"role": "user", "content": task.source}],
+        to_candidate=lambda text: Candidate(source=text))
+    cfg = TrainConfig(proposer_steps=1, proposer={"group_size": 8, "prompts_per_step": 2,
+                                                 "learning_rate": 3e-3, "max_completion_tokens": 12,
+                                                 "coder_attempts": 4, "rho": -1.0})
+    class Recording(FrontierRewardSource):
+        seen: list = []
+
+        def __call__(self, prompts, completions, **kw):
+            out = super().__call__(prompts, completions, **kw)
+            self.seen += [(p[-1]["content"], completion_text(c)) for p, c in zip(prompts, completions)]
+            return out
+
+    reward = Recording(cfg, tools, Judge(FakeEvaluator()), context=dict)
+    rows = [{"prompt": [{"role": "user", "content": f"write api{i}"}], "api_set": f"api{i}"}
+            for i in range(2)]
+    tok = AutoTokenizer.from_pretrained(model)
+    before = AutoModelForCausalLM.from_pretrained(model).eval()
+    trainer = run_proposer_phase(cfg, str(model), rows, reward, tmp_path / "out", seed=0,
+                                 callbacks=[], optimizer_in=None)
+    after = trainer.model.eval()
+    gains = {"frontier": [], "solved": []}
+    for prompt, text in reward.seen:
+        kind = "frontier" if len(text) % 2 == 0 else "solved"
+        gains[kind].append(_completion_logprob(after, tok, prompt, text)
+                           - _completion_logprob(before, tok, prompt, text))
+    assert gains["frontier"] and gains["solved"], "no batch held both kinds: pick another seed"
+    mean = {k: sum(g) / len(g) for k, g in gains.items()}
+    assert mean["frontier"] - mean["solved"] > 0.05, mean
