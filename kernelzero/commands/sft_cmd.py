@@ -24,6 +24,9 @@ def register(sub) -> None:
     p.add_argument("--lora-r", type=int, default=16)
     p.add_argument("--bf16", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--copy-weight", type=float, default=1.0,
+                   help="weigh the constants a completion copies from its prompt this many times "
+                        "in the loss (kernelzero/train/copy_loss.py; 1: the plain loss)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -39,7 +42,7 @@ def run(args) -> int:
         cfg = SFTRunConfig(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
                            batch_size=args.batch_size, grad_accum=args.grad_accum,
                            max_length=args.max_length, lora=args.lora, lora_r=args.lora_r,
-                           bf16=args.bf16, seed=args.seed)
+                           bf16=args.bf16, seed=args.seed, copy_weight=args.copy_weight)
         out = run_sft(args.model, args.data, args.out, cfg)
     except ValueError as e:
         raise UsageError(str(e)) from None

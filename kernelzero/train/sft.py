@@ -41,6 +41,9 @@ class SFTRunConfig:
         about twice as fast.
     seed: data order, the held-out split and initialisation.
     log_every: optimizer steps between progress lines (0: none).
+    copy_weight: how many times a token of a constant the completion copies from its prompt
+        counts in the loss (kernelzero.train.copy_loss; 1: the plain completion-only loss). The
+        held-out `eval_loss` is then weighted the same way.
     """
 
     epochs: float = 2.0
@@ -60,6 +63,7 @@ class SFTRunConfig:
     gradient_checkpointing: bool = False
     seed: int = 0
     log_every: int = 0
+    copy_weight: float = 1.0
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.batch_size < 1 or self.grad_accum < 1:
@@ -74,6 +78,8 @@ class SFTRunConfig:
             raise ValueError("warmup_ratio and eval_fraction must lie in [0, 1)")
         if self.weight_decay < 0 or self.log_every < 0:
             raise ValueError("weight_decay and log_every must be >= 0")
+        if self.copy_weight <= 0:
+            raise ValueError(f"copy_weight must be > 0 (1: the plain loss), got {self.copy_weight}")
 
 
 def load_rows(data: str | Path) -> list[dict]:
@@ -169,11 +175,30 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
     callbacks = list(callbacks or [])
     if cfg.log_every:
         callbacks.append(ProgressPrinter(cfg.log_every, total, log).callback)
-    return SFTTrainer(model=AutoModelForCausalLM.from_pretrained(model), args=args,
+    trainer_cls = SFTTrainer if cfg.copy_weight == 1.0 else _copy_weighted(SFTTrainer, cfg.copy_weight)
+    return trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
                       train_dataset=Dataset.from_list(train),
                       eval_dataset=Dataset.from_list(held) if held else None,
                       processing_class=AutoTokenizer.from_pretrained(model), peft_config=peft_config,
                       callbacks=callbacks)
+
+
+def _copy_weighted(base, weight: float):
+    """`base` (TRL's SFTTrainer) with the copy-weighted completion loss (copy_loss.py)."""
+    from kernelzero.train.copy_loss import copy_weights, number_token_ids, weighted_completion_loss
+
+    class CopyWeightedSFTTrainer(base):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            if not hasattr(self, "_numbers"):
+                self._numbers = number_token_ids(self.processing_class)
+            labels = inputs["labels"]
+            w = copy_weights(inputs["input_ids"], labels, self._numbers, weight)
+            keep = ("input_ids", "attention_mask", "position_ids")
+            out = model(**{k: v for k, v in inputs.items() if k in keep}, use_cache=False)
+            loss = weighted_completion_loss(out.logits, labels, w)
+            return (loss, out) if return_outputs else loss
+
+    return CopyWeightedSFTTrainer
 
 
 def run_sft(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFTRunConfig,
