@@ -2,8 +2,9 @@
 
 Covers: splitting a batch into requests the server accepts, sending up to `concurrency` of them
 at once, retrying with exponential backoff (and the server's Retry-After) on 429, 5xx and
-connection errors (kernelzero.retry, the one retry loop), and turning the JSON back into `Verdict` objects in input order. The training
-loop uses it in place of a local pool when `reward.url` is set.
+connection errors (kernelzero.retry, the one retry loop), and turning the JSON back into
+`Verdict` objects in input order. The training loop uses it in place of a local pool when
+`reward.url` is set.
 
 Does not cover: judging (the server does), storing verdicts (the caller's `on_verdict` does).
 Another 4xx is the caller's mistake and raises `RewardServiceError` at once.

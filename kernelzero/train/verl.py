@@ -33,8 +33,8 @@ import threading
 from kernelzero.coder.extract import extract_code, format_error_verdict
 from kernelzero.eval.verdict import Verdict
 from kernelzero.serve.client import RewardClient
-from kernelzero.train.rewards import SPEED_TRANSFORMS, keyed_ca_grpo_rewards, verdict_reward_parts
 from kernelzero.tasks import Candidate, Task
+from kernelzero.train.rewards import SPEED_TRANSFORMS, keyed_ca_grpo_rewards, verdict_reward_parts
 
 URL_ENV = "KERNELZERO_REWARD_URL"
 BETA_ENV = "KERNELZERO_REWARD_BETA"
