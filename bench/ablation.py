@@ -64,16 +64,21 @@ def fingerprint(base: dict, coder: str | None) -> str:
 
 
 def final_outcomes(run_dir: Path) -> dict[str, dict[str, float]]:
-    """set -> task -> correct (0/1) of the last held-out round's greedy samples, from the run's
-    verdict records (every judged sample is there, with its round, set and sampling)."""
-    from kernelzero.train.judging import load_verdict_records
-
+    """set -> task -> correct (0/1) of the last held-out round's greedy samples, from the
+    outcomes the run wrote beside that round's report (reports/round_R/SET/outcomes.jsonl).
+    Not from the verdict records: a pair judged in an earlier round (a task whose greedy kernel
+    RL left unchanged) is answered from the cache and gets no new record."""
     summary = json.loads((run_dir / "summary.json").read_text())
     last = max(h["round"] for h in summary["heldout"])
     out: dict[str, dict[str, float]] = {}
-    for rec in load_verdict_records(run_dir):
-        if rec.get("phase") == "heldout" and rec.get("round") == last and rec.get("sampling") == "greedy":
-            out.setdefault(rec["set"], {})[rec["task"]] = float(rec["verdict"]["status"] == "correct")
+    for path in sorted((run_dir / "reports" / f"round_{last}").glob("*/outcomes.jsonl")):
+        for line in path.read_text().splitlines():
+            rec = json.loads(line)
+            if rec["sampling"] == "greedy":
+                out.setdefault(path.parent.name, {})[rec["task"]] = float(rec["correct"])
+    if not out:
+        raise SystemExit(f"{run_dir}: no outcomes.jsonl under reports/round_{last}/ (a run made "
+                         "before held-out outcomes were written: run it again)")
     return out
 
 

@@ -97,6 +97,15 @@ def test_tiny_cpu_kill_and_resume(tmp_path):
         opt = torch.load(d / "ckpt" / "r1-coder" / "optimizer.pt", weights_only=False)
         steps = {float(st["step"]) for st in opt["state"].values()}
         assert steps == {4.0}, f"{d.name}: Adam's step {steps} after 2 Coder phases of 2 steps"
+    # every held-out task's outcome in every round, also those whose pair was judged in an
+    # earlier round (answered from the cache: no new verdict record)
+    for d in (cut_dir, full_dir):
+        for h in json.loads((d / "summary.json").read_text())["heldout"]:
+            for name, fig in h["sets"].items():
+                path = d / "reports" / f"round_{h['round']}" / name / "outcomes.jsonl"
+                recs = [json.loads(line) for line in path.read_text().splitlines()]
+                greedy = {r["task"] for r in recs if r["sampling"] == "greedy"}
+                assert len(greedy) == fig["n_tasks"], (d.name, h["round"], name)
     r1 = json.loads((cut_dir / "reports" / "round_2.json").read_text())
     assert r1 == {**r1, **{k: json.loads((full_dir / "reports" / "round_2.json").read_text())[k]
                            for k in ("proposer_valid_rate", "pass@1", "pool_size", "gate_open_rate")}}

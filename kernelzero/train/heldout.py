@@ -67,7 +67,9 @@ def _split_by_constants(records: list[dict], seed: int) -> dict:
 
 def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], judge, context: dict,
                    log=print) -> dict:
-    """Sample, judge and summarise every set; returns {"sets": {name: figures}, "timings_s"}."""
+    """Sample, judge and summarise every set; returns {"sets": {name: figures}, "timings_s"}.
+    Each set's figures keep every task's outcome under `outcomes` (greedy, sampled): a task
+    whose pair was judged before has no new verdict record, but it has its outcome here."""
     from kernelzero.coder.prompts import build_prompt
     from kernelzero.metrics import summarize
     from kernelzero.models import SamplingConfig
@@ -98,6 +100,7 @@ def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], ju
             verdicts = judge.judge(pairs, context={**context, "set": name, "sampling": label})
             t_judge += time.perf_counter() - t0
             records = _records(pairs, verdicts)
+            fig.setdefault("outcomes", {})[label] = records
             ks = [1] if label == "greedy" else list(ho.ks)
             s = summarize(records, ks=ks, n_boot=500, seed=cfg.seed)
             fig[label] = s

@@ -21,7 +21,8 @@ ROUND_SERIES = ("proposer_valid_rate", "frontier_reward_mean", "pool_size", "pas
 def heldout_eval(cfg: TrainConfig, coder_model: str, sets: dict, judge: Judge, out_dir: Path,
                  context: dict, log=print) -> dict:
     """The Coder on every held-out set (kernelzero.train.heldout); writes each set's usual report
-    (report.md, summary.json, plots) under out_dir/<set>/ and returns the summary.json entry
+    (report.md, summary.json, plots) and every task's outcome (outcomes.jsonl) under
+    out_dir/<set>/, and returns the summary.json entry
     (`heldout.headline`) with the full figures under `detail`."""
     from kernelzero.report import write_report
     from kernelzero.train.heldout import evaluate_coder, headline
@@ -31,6 +32,11 @@ def heldout_eval(cfg: TrainConfig, coder_model: str, sets: dict, judge: Judge, o
         main = fig.get("greedy") or fig["sampled"]
         write_report(main, Path(out_dir) / name,
                      title=f"Coder held-out evaluation ({name}), round {context.get('round')}")
+        # every task's outcome, one JSON line each: what paired comparisons across runs read
+        with open(Path(out_dir) / name / "outcomes.jsonl", "w") as f:
+            for sampling, records in fig.pop("outcomes", {}).items():
+                for rec in records:
+                    f.write(json.dumps({"sampling": sampling, **rec}) + "\n")
     entry = headline(result, context.get("round", 0))
     entry["timings_s"] = result["timings_s"]
     entry["statuses"] = (next(iter(result["sets"].values())).get("greedy") or {}).get("statuses", {})
