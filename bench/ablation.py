@@ -194,17 +194,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/ablation", help="OUT.json, OUT.md and OUT.png")
     ap.add_argument("--work", default="runs/ablation", help="where the runs live")
     ap.add_argument("--max-runs", type=int, default=0, help="stop after this many new runs (0: all)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a value of the base config for every arm, as `kernelzero train "
+                         "--set` does (e.g. coder.learning_rate=1e-5); part of the fingerprint")
     args = ap.parse_args(argv)
 
     import yaml
 
-    from kernelzero.train.config_file import PRESET_DIR, from_dict
+    from kernelzero.train.config_file import PRESET_DIR, from_dict, merge_overrides, parse_overrides
     from kernelzero.train.loop import Loop
 
     base_path = Path(args.base)
     if not base_path.exists():
         base_path = PRESET_DIR / f"{args.base}.yaml"
     base = yaml.safe_load(base_path.read_text())
+    try:
+        merge_overrides(base, parse_overrides(args.set))
+    except ValueError as e:
+        ap.error(str(e))
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -237,7 +244,7 @@ def main(argv=None) -> int:
     figs = tables(entry["results"])
     entry["tables"] = figs
     store_path.write_text(json.dumps(store, indent=1) + "\n")
-    meta = {"base": args.base, "fingerprint": fp, "coder": args.coder or base.get("coder_model"),
+    meta = {"base": " ".join([args.base, *(f"--set {x}" for x in args.set)]), "fingerprint": fp, "coder": args.coder or base.get("coder_model"),
             "written": time.strftime("%Y-%m-%d"), "machine": _machine()}
     out.with_suffix(".md").write_text(markdown(figs, meta))
     plot(figs, out.with_suffix(".png"))

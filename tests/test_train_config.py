@@ -71,6 +71,17 @@ def test_wrong_types_are_named_with_what_to_write(data, match):
         from_dict(data)
 
 
+def test_scientific_notation_is_a_number_where_one_is_wanted():
+    """`1e-5` is a string to PyYAML (YAML 1.1 wants `1.0e-5`); train --set's own help writes it."""
+    from kernelzero.train.config_file import parse_overrides
+    cfg = load_config("tiny-cpu", parse_overrides(["coder.learning_rate=1e-5"]))
+    assert cfg.coder.learning_rate == 1e-5
+    with pytest.raises(ValueError, match="name="):
+        from_dict({"name": 5})
+    with pytest.raises(ValueError, match="seed='1e3'"):
+        from_dict({"seed": "1e3"})  # an int field is not converted
+
+
 def test_right_types_pass_and_an_int_is_a_float():
     cfg = from_dict({"seed": 3, "coder": {"beta": 1, "group_size": 4}, "torch_threads": None,
                      "cold_start": {"time_budget_s": 30}, "proposer": {"band": [0.2, 0.8]}})

@@ -59,29 +59,16 @@ def _reward_overrides(args) -> dict | None:
     return None
 
 
-def _put(tree: dict, path: list[str], value) -> None:
-    """tree[a][b]... = value for the dotted key a.b..., making sections as needed."""
-    from kernelzero.cli import UsageError
-
-    for part in path[:-1]:
-        tree = tree.setdefault(part, {})
-        if not isinstance(tree, dict):
-            raise UsageError(f"--set: {part!r} is not a section")
-    tree[path[-1]] = value
-
-
 def run(args) -> int:
-    import yaml
-
     from kernelzero.cli import UsageError
-    from kernelzero.train.config_file import load_config
+    from kernelzero.train.config_file import load_config, parse_overrides
 
-    overrides = {"rounds": args.rounds} if args.rounds is not None else {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--set {item!r}: write KEY=VALUE, e.g. --set cold_start.data=data.jsonl")
-        _put(overrides, key.strip().split("."), yaml.safe_load(value))
+    try:
+        overrides = parse_overrides(args.set)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.rounds is not None:
+        overrides.setdefault("rounds", args.rounds)  # an explicit --set rounds=N wins, as before
     reward = _reward_overrides(args)
     if reward:
         overrides["reward"] = reward

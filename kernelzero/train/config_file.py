@@ -5,6 +5,7 @@ dataclasses (kernelzero.train.config) before anything runs.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
@@ -31,16 +32,33 @@ def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a mapping at the top level")
-    _merge(data, overrides or {})
+    merge_overrides(data, overrides or {})
     return from_dict(data)
 
 
-def _merge(data: dict, overrides: dict) -> None:
+def parse_overrides(items: list[str]) -> dict:
+    """`KEY=VALUE` strings (`--set coder.learning_rate=1e-5`; VALUE read as YAML) as the nested
+    overrides `load_config` and `merge_overrides` take. A malformed item raises ValueError."""
+    overrides: dict = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: write KEY=VALUE, e.g. --set cold_start.data=data.jsonl")
+        tree, path = overrides, key.strip().split(".")
+        for part in path[:-1]:
+            tree = tree.setdefault(part, {})
+            if not isinstance(tree, dict):
+                raise ValueError(f"--set: {part!r} is not a section")
+        tree[path[-1]] = yaml.safe_load(value)
+    return overrides
+
+
+def merge_overrides(data: dict, overrides: dict) -> None:
     """Overrides into the file's data, section by section: `--reward-url` sets reward.url and
     `--set cold_start.sft.max_steps=9` one key, keeping the file's other keys there."""
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(data.get(key), dict):
-            _merge(data[key], value)
+            merge_overrides(data[key], value)
         else:
             data[key] = value
 
@@ -74,12 +92,18 @@ _KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "
          dict: "a mapping", list: "a list", tuple: "a list"}
 
 
+_SCIENTIFIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
+
+
 def _check_types(cls, data: dict, where: str) -> None:
     """Each value of a config section against its field's type: YAML gives `4.5` for an int
     field, `"abc"` for a seed or `"no"` (a string, so true) for a flag, and none of these should
-    run. An int passes where a float is wanted; nothing else is converted."""
+    run. An int passes where a float is wanted. One conversion: YAML 1.1 (PyYAML) reads `1e-5`,
+    with no decimal point, as a string; where a number is wanted it is the number it spells."""
     hints = typing.get_type_hints(cls)
     for key, value in data.items():
+        if isinstance(value, str) and _SCIENTIFIC.match(value) and _fits(0.5, hints[key]):
+            data[key] = value = float(value)
         if not _fits(value, hints[key]):
             raise ValueError(f"{where}{key}={value!r}: expected {_describe(hints[key])}")
 
