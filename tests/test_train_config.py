@@ -178,3 +178,16 @@ def test_activation_checkpointing_is_switched_under_the_name_transformers_reads(
             args = cls(output_dir="/tmp/kz-ckpt-test", use_cpu=True, report_to=[],
                        **checkpointing(cls, False))
         assert args.gradient_checkpointing is False
+
+
+def test_set_overrides_nest_and_malformed_ones_are_usage_errors():
+    from kernelzero.cli import main
+    from kernelzero.train.config_file import parse_overrides
+
+    assert parse_overrides(["coder.beta=0.2", "coder.alpha=0.4", "rounds=1"]) == \
+        {"coder": {"beta": 0.2, "alpha": 0.4}, "rounds": 1}
+    with pytest.raises(ValueError, match="write KEY=VALUE"):
+        parse_overrides(["rounds"])
+    with pytest.raises(ValueError, match="'rounds' is not a section"):
+        parse_overrides(["rounds=1", "rounds.x=2"])
+    assert main(["train", "--config", "tiny-cpu", "--set", "rounds"]) == 2
