@@ -22,6 +22,9 @@ part=${1:?usage: kernelbench_gpu.sh tests|judge|harness|audit RESULTS_DIR}
 R=${2:?usage: kernelbench_gpu.sh tests|judge|harness|audit RESULTS_DIR}
 mkdir -p "$R" && R=$(cd "$R" && pwd)
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+source bench/gpu_env.sh  # bubblewrap and the wheels the image lacks, as the other GPU parts
+# The verdict key travels with the store, so a run resumed on a fresh machine can check its records.
+export KZ_VERDICT_KEY_FILE=${KZ_VERDICT_KEY_FILE:-$PWD/runs/kb_identity/verdict.key}
 KB=${KZ_KB:-}
 for d in ../shared/kernelbench shared/kernelbench third_party/kernelbench; do
   [ -z "$KB" ] && [ -d "$d" ] && KB=$(cd "$d" && pwd)

@@ -131,6 +131,10 @@ def verdict_rows(db: Path, run: str) -> dict:
     with Store(db) as store:
         for rec in store.records(run):
             v = store.get(rec["key"], run=run)
+            if v is None and rec["integrity"] == "other_key":
+                # Judged on a machine whose key did not travel (before the key was kept
+                # beside the store): its record is read, and flagged as unverifiable here.
+                v = _verdict_unchecked(store, rec["key"], run)
             if v is None:
                 continue
             mem = v.memory or {}
@@ -146,8 +150,16 @@ def verdict_rows(db: Path, run: str) -> dict:
                 "peak_mem_gib": round(((mem.get("candidate_peak_bytes") or 0)
                                        + (mem.get("reference_peak_bytes") or 0)) / 2**30, 3),
                 "admitted_gib": round((mem.get("admitted_bytes") or 0) / 2**30, 3),
-                "streamed": bool(mem.get("streamed")), "footprint": mem.get("footprint")}
+                "streamed": bool(mem.get("streamed")), "footprint": mem.get("footprint"),
+                "integrity": rec["integrity"]}
     return rows
+
+
+def _verdict_unchecked(store, key: str, run: str):
+    from kernelzero.eval.verdict import Verdict
+    row = store._db.execute("SELECT verdict_json FROM verdicts WHERE key = ? AND run = ? "
+                            "ORDER BY id DESC LIMIT 1", (key, run)).fetchone()
+    return Verdict.from_dict(json.loads(row[0])) if row else None
 
 
 def cmd_judge(args) -> int:
@@ -168,12 +180,18 @@ def cmd_judge(args) -> int:
             break
         write_samples(todo, work / "slice")
         print(f"judging {len(todo)} problem(s), {len(done)} judged before", flush=True)
+        t_slice, interrupted = time.perf_counter(), False
         with DevicePeak() as peak:
-            wall, rc = run_eval(args.kb, work / "slice", db, RUN, args.eval_args)
+            try:
+                wall, rc = run_eval(args.kb, work / "slice", db, RUN, args.eval_args)
+            except KeyboardInterrupt:  # a time limit: keep what the store holds, resume later
+                wall, rc, interrupted = time.perf_counter() - t_slice, 130, True
         slices.append({"problems": len(todo), "wall_s": round(wall, 2), "exit_code": rc,
                        "device_peak_gib": round(peak.peak / 2**30, 2) if peak.peak else None,
                        "first": todo[0].key, "last": todo[-1].key})
         save_results(args.out, "identity", summarise(db, tasks, slices))
+        if interrupted:
+            print("interrupted: what was judged is in the store; run again to go on", flush=True)
         if rc != 0 or not args.limit:
             break
     result = summarise(db, tasks, slices)

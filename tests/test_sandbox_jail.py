@@ -268,3 +268,19 @@ def test_uid_usage_counts_a_uids_live_processes():
     n, rss = uid_usage(os.getuid())
     assert n >= 1 and rss > 0  # this process at least
     assert uid_usage(UID_BASE + UID_SLOTS + 12345) == (0, 0)
+
+
+def test_on_cuda_workers_keep_the_judges_uid_inside_a_pid_namespace(monkeypatch):
+    """As root, a CPU worker gets a uid of its own; a cuda worker does not (the judge could not
+    map CUDA IPC outputs of another uid on an H200) and gets a PID namespace instead, unless a
+    uid of its own is asked for."""
+    monkeypatch.setattr(jail, "probe", lambda: ("/usr/bin/bwrap", ""))
+    monkeypatch.setattr(jail.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(jail, "setpriv_path", lambda: "/usr/bin/setpriv")
+    monkeypatch.setattr(jail, "_worker_uids_mapped", lambda: True)
+    monkeypatch.setattr(jail, "_others_can_run_python", lambda: True)
+    cpu, cuda = jail.isolation_for("auto", "cpu"), jail.isolation_for("auto", "cuda")
+    assert cpu.own_uid and cpu.pid_namespace and not cpu.shared_shm
+    assert not cuda.own_uid and cuda.pid_namespace and cuda.shared_shm
+    asked = jail.isolation_for("bwrap", "cuda", own_uid=True)
+    assert asked.own_uid and not asked.pid_namespace

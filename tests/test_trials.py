@@ -132,3 +132,20 @@ def test_large_inputs_are_never_held_twice(tmp_path, monkeypatch):
     assert w._base is not kept  # dropped before the draw, not written into
     pristine = [n for n in clones if n == 64 * 33]
     assert len(pristine) == 2  # the task's own (SEEN), one a trial: no pristine copies
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_large_inputs_of_the_last_trial_are_dropped_before_any_new_draw(tmp_path, monkeypatch,
+                                                                         index):
+    """A fresh draw (even index) replaces the kept buffers, a reused one (odd) writes into them:
+    either way, inputs too large to hold twice are let go before the new ones are drawn (on an
+    H200, a task whose inputs take 63 GiB was out of memory at its third trial)."""
+    monkeypatch.setattr(trials_mod, "COPY_MAX_BYTES", 100)
+    w = _worker(tmp_path)
+    assert w.run({"trials": [{"seed": 1, "index": 0}], "reuse": True})["ok"]
+    assert w._base is not None
+    held_at_draw = []
+    real_make = w.make_inputs
+    monkeypatch.setattr(w, "make_inputs", lambda *a: (held_at_draw.append(w._base), real_make(*a))[1])
+    assert w.run({"trials": [{"seed": 2, "index": index}], "reuse": True})["ok"]
+    assert held_at_draw == [None]

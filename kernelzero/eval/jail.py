@@ -7,15 +7,16 @@ at the same path as outside (the judge writes its files there and reads its outp
 /tmp of its own; a fresh /dev (with the GPU's device nodes on cuda) and a /proc. It does not see
 the results store, the working tree, the user's home or other workers' directories.
 
-Processes: a new network and UTS namespace; no capabilities; and, where the judge runs as root, a
-uid of its own (worker_uids.py): then no process of the judge's or of another worker's can be
-signalled, traced or read through /proc, every process the worker starts (whatever sessions it
-makes) is killed at once, and RLIMIT_NPROC binds. Where workers cannot have their own uid (an
-ordinary user), a PID namespace keeps /proc to the worker's own processes and ends them all with
-the worker. On the CPU both are used. On cuda, as root, there is no PID namespace: CUDA IPC
-refuses handles from another PID namespace, and the judge maps workers' outputs through it;
-/dev/shm is then the host's (PyTorch's IPC reference counters live there), with the folder of the
-judge's worker directories hidden under an empty tmpfs and the worker's own directory put back.
+Processes: a new network and UTS namespace; no capabilities; and, where the judge runs as root on
+the CPU, a uid of its own (worker_uids.py): then no process of the judge's or of another worker's
+can be signalled, traced or read through /proc, every process the worker starts (whatever
+sessions it makes) is killed at once, and RLIMIT_NPROC binds. Where workers have no uid of their
+own (on cuda, or as an ordinary user), a PID namespace keeps /proc to the worker's own processes
+and ends them all with the worker. On the CPU both are used. On cuda the judge maps workers'
+outputs through CUDA IPC, which failed from a worker of another uid at KernelBench's sizes and
+works from another PID namespace (measured on an H200, tests/test_sandbox_gpu.py); /dev/shm is
+then the host's (PyTorch's IPC reference counters live there), with the folder of the judge's
+worker directories hidden under an empty tmpfs and the worker's own directory put back.
 
 Where bwrap is missing or cannot make namespaces (no user namespaces for an ordinary user), or
 `KZ_SANDBOX=none` asks for it, workers run unjailed: every verdict says `isolation: none` in its
@@ -115,7 +116,11 @@ def isolation_for(mode: str, device: str, pid_namespace: bool | None = None,
         return Isolation("none", why)
     can = os.geteuid() == 0 and setpriv_path() is not None and _worker_uids_mapped() \
         and _others_can_run_python()
-    own_uid = can if own_uid is None else own_uid and can
+    # On cuda the judge maps workers' outputs through CUDA IPC, and on an H200 (driver 580) it
+    # could not map those of a worker with another uid at KernelBench's sizes
+    # (cudaErrorMapBufferObjectFailed), while a PID namespace under the judge's uid maps them
+    # (tests/test_sandbox_gpu.py): so on cuda a worker keeps the judge's uid unless asked.
+    own_uid = (can and device != "cuda") if own_uid is None else own_uid and can
     if pid_namespace is None:
         pid_namespace = device != "cuda" or not own_uid
     return Isolation("bwrap", own_uid=own_uid, pid_namespace=pid_namespace,

@@ -77,9 +77,10 @@ class SandboxLimits:
     isolation: `auto` (a bubblewrap jail where this machine can make one, else none, warned
         about), `bwrap` (a jail or no worker at all), `none` (no jail). Default: $KZ_SANDBOX or
         auto.
-    own_uid: run each worker as a uid of its own; None: wherever it can (root).
+    own_uid: run each worker as a uid of its own; None: wherever it can (root), on the CPU (on
+        cuda the judge could not map CUDA IPC outputs of another uid: see jail.isolation_for).
     pid_namespace: give each worker a PID namespace of its own; None: on the CPU, and wherever
-        workers have no uid of their own (see jail.py: CUDA IPC refuses another one).
+        workers have no uid of their own (on cuda, and for an ordinary user).
     """
 
     cpu_s: int = 1800

@@ -47,9 +47,10 @@ def run_trials(worker, cmd: dict, results: list) -> dict:
         t_in = time.perf_counter()
         base = worker._base
         into_base = reuse and base is not None and (index % 2 == 1 or bool(poke_seed))
-        if into_base and tensor_bytes(torch, base) > COPY_MAX_BYTES:
-            # Too large to hold twice: the old buffers go first, and the caching allocator
-            # hands the same blocks to the new draw (the same addresses, new values).
+        if base is not None and tensor_bytes(torch, base) > COPY_MAX_BYTES:
+            # Too large to hold twice: the old buffers go before the new draw, whether it
+            # writes into them or replaces them (the caching allocator hands the same blocks
+            # to the new draw: the same addresses, new values).
             worker._base = base = None
             into_base = False
         try:
