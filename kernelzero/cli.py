@@ -137,6 +137,11 @@ def _check_sandbox() -> None:
         isolation_for(mode, "cpu")
     except (JailError, ValueError) as e:
         raise UsageError(f"KZ_SANDBOX={mode}: {e}") from None
+    from kernelzero.eval.sandbox import SandboxLimits
+    try:
+        SandboxLimits()  # KZ_SANDBOX_OWN_UID is read here
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     warn_if_unisolated(mode)
 
 

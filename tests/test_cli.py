@@ -251,3 +251,9 @@ def test_a_batch_with_nothing_to_judge_is_a_usage_error_and_creates_no_store(tmp
     assert_usage_line(*cli(capsys, "eval", "--tasks", EX / "tasks", "--samples", stray,
                            "--db", db), "none of the 1 samples", "matches a task")
     assert not db.exists()
+
+
+@pytest.mark.parametrize("name,value", [("KZ_SANDBOX", "jail"), ("KZ_SANDBOX_OWN_UID", "yes")])
+def test_a_bad_sandbox_variable_is_a_usage_error(monkeypatch, capsys, name, value):
+    monkeypatch.setenv(name, value)
+    assert_usage_line(*cli(capsys, "eval", TASK, GOOD, "--device", "cpu"), name, value)

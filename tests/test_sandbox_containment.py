@@ -153,12 +153,16 @@ def leftovers(tmp_path):
         mark.unlink(missing_ok=True)
 
 
-def test_threat_11_is_contained(tmp_path, leftovers):
+@pytest.mark.parametrize("own_uid", ["", "0"], ids=["default", "judges_uid"])
+def test_threat_11_is_contained(tmp_path, leftovers, own_uid):
+    """`judges_uid`: workers keep the judge's uid inside PID namespaces of their own, as on cuda
+    (where the judge could not map another uid's CUDA IPC outputs) and for an ordinary user."""
     if not _jail_available():
         if os.environ.get("KZ_REQUIRE_SANDBOX") == "1":
             pytest.fail("KZ_REQUIRE_SANDBOX=1 but this machine cannot make a jail (bubblewrap)")
         pytest.skip("this machine cannot make a jail (install bubblewrap)")
     scene = Scene(tmp_path, "auto")
+    scene.env["KZ_SANDBOX_OWN_UID"] = own_uid
     out = scene.judge()
     time.sleep(max(0.0, scene.done_at + 1.0 - time.monotonic()))
     alive = _alive()  # one second after the verdicts, nothing the candidates started lives on
@@ -168,7 +172,10 @@ def test_threat_11_is_contained(tmp_path, leftovers):
         v = verdicts[f.name]
         assert v is not None and v["integrity"] == "ok", f"{f.name}: {v}"
         assert v["status"] in f.expect, f"{f.name}: {v['status']}: {v['verdict']['reason']}"
-        assert v["verdict"]["env"]["sandbox"]["isolation"] == "bwrap"
+        box = v["verdict"]["env"]["sandbox"]
+        assert box["isolation"] == "bwrap"
+        if own_uid == "0":
+            assert box["pid_namespace"] and not box.get("own_uid"), box
         assert scene.secret not in json.dumps(v["verdict"]), f"{f.name} read the home's secret"
     assert scene.secret not in out.stdout + out.stderr
     time.sleep(1.0)  # a forger would have rewritten the store by now

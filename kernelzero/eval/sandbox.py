@@ -61,6 +61,13 @@ def reap_pending(timeout_s: float = 30.0) -> None:
 atexit.register(reap_pending, 10.0)  # a judge that exits leaves no worker dirs behind
 
 
+def _env_flag(name: str) -> bool | None:
+    value = os.environ.get(name, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"${name}={value!r}: use 1, 0 or leave it unset")
+    return None if value == "" else value == "1"
+
+
 @dataclass
 class SandboxLimits:
     """Per-worker resource limits (reported in every verdict's `env.sandbox`).
@@ -79,6 +86,7 @@ class SandboxLimits:
         auto.
     own_uid: run each worker as a uid of its own; None: wherever it can (root), on the CPU (on
         cuda the judge could not map CUDA IPC outputs of another uid: see jail.isolation_for).
+        Default: $KZ_SANDBOX_OWN_UID (`1` or `0`) or None.
     pid_namespace: give each worker a PID namespace of its own; None: on the CPU, and wherever
         workers have no uid of their own (on cuda, and for an ordinary user).
     """
@@ -92,7 +100,7 @@ class SandboxLimits:
     max_rss_bytes: int = 64 * 2**30   # resident memory of the whole session (watchdog)
     no_network: bool = True           # new network namespace when the OS allows it (root)
     isolation: str = field(default_factory=lambda: os.environ.get("KZ_SANDBOX") or "auto")
-    own_uid: bool | None = None
+    own_uid: bool | None = field(default_factory=lambda: _env_flag("KZ_SANDBOX_OWN_UID"))
     pid_namespace: bool | None = None
 
     def rlimits(self) -> dict:
