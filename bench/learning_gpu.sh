@@ -3,11 +3,14 @@
 #   bash bench/learning_gpu.sh coders OUT   # fast-sampler bench; coder-cpu and coder-gpu from zero
 #   bash bench/learning_gpu.sh gpu-coder OUT  # the GPU Coder on KernelBench's family problems
 #   bash bench/learning_gpu.sh data OUT     # more verified rows, judged on the host's CPU cores
-# Needs: the verified distillation rows gzipped at .data/family-train.jsonl.gz (made on any
+# Needs: the verified distillation rows gzipped (KZ_DATA; default data/family-train.jsonl.gz, the
+# rows committed with the repository, else .data/family-train.jsonl.gz; made on any
 # machine by `kernelzero distill --teacher compiler ...` or a coder-cpu run's cold start, whose
 # cold_start/data.jsonl it is), trl/datasets wheels in .whl/ where the image lacks them (see the
-# device notes), and KernelBench's problems in .kb/ for the `kb` part. Every step has its own
-# limit; results land in OUT (JSON, the models as tarballs, the logs).
+# device notes), and KernelBench's problems (KZ_KB: default ../shared/kernelbench, else
+# .kb/kernelbench) for the gpu-coder part, which judges the Level 1 problems the teacher
+# compiles. Every step has its own limit; results land in OUT (JSON, the models as tarballs,
+# the logs).
 set -uo pipefail
 part=${1:?part: coders, gpu-coder or data}
 OUT=${2:?results directory}
@@ -18,10 +21,14 @@ export TOKENIZERS_PARALLELISM=false
 python3 -c 'import torch, triton, transformers, trl, datasets, pyarrow; import trl.trainer.sft_trainer; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' | tee "$OUT/versions.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "the training stack does not import here; stopping"; exit 1; }
 kz() { python3 -m kernelzero "$@"; }
+DATA=${KZ_DATA:-}
+for d in data/family-train.jsonl.gz .data/family-train.jsonl.gz; do
+  [ -z "$DATA" ] && [ -f "$d" ] && DATA=$d
+done
 
 case "$part" in
 coders)
-  gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1
+  gunzip -c "$DATA" > /tmp/family-train.jsonl || exit 1
   [ -n "${KZ_SKIP_FASTGEN:-}" ] || timeout "${KZ_FASTGEN_LIMIT_S:-90}" python3 bench/fastgen_bench.py \
     ${KZ_FASTGEN_ARGS:---presets cpu,gpu,large --rows 512 --new 256 --hf-rows 512} --out "$OUT/fastgen.json" 2>&1 | grep -v "Loading weights" | tee "$OUT/fastgen.log"
   # KZ_PARALLEL=1 trains the presets side by side on the one GPU (small models leave it idle).
@@ -63,13 +70,25 @@ data)
 gpu-coder)
   # The GPU-size Coder from zero, then on KernelBench's Level 1 problems the family covers, at
   # their real sizes, judged on the GPU (.kb/family: the problems the teacher compiles).
-  gunzip -c .data/family-train.jsonl.gz > /tmp/family-train.jsonl || exit 1
+  gunzip -c "$DATA" > /tmp/family-train.jsonl || exit 1
   timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu \
     --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-120}" \
     --set cold_start.curve_every=0 ${KZ_SETS:-} 2>&1 | tee "$OUT/coder-gpu.log" | grep -v "it/s\]"
   cp /tmp/runs/coder-gpu/summary.json "$OUT/coder-gpu-summary.json" 2>/dev/null
   cp /tmp/runs/coder-gpu/cold_start/cold_start.json "$OUT/coder-gpu-cold_start.json" 2>/dev/null
-  timeout "${KZ_KB_LIMIT_S:-240}" python3 -m kernelzero bench --tasks .kb/family \
+  KB=${KZ_KB:-}
+  for d in ../shared/kernelbench .kb/kernelbench; do [ -z "$KB" ] && [ -d "$d" ] && KB=$d; done
+  rm -rf /tmp/kb-family && mkdir -p /tmp/kb-family/level1
+  python3 - "$KB/level1" /tmp/kb-family/level1 <<'EOF' | tee "$OUT/kb_family.txt"
+import shutil, sys
+from pathlib import Path
+from kernelzero.teacher import compile_module
+took = [p.name for p in sorted(Path(sys.argv[1]).glob("*.py")) if compile_module(p.read_text()).ok]
+for name in took:
+    shutil.copy(Path(sys.argv[1]) / name, Path(sys.argv[2]) / name)
+print(f"{len(took)} Level 1 problems in the family:", " ".join(took))
+EOF
+  timeout "${KZ_KB_LIMIT_S:-240}" python3 -m kernelzero bench --tasks /tmp/kb-family \
     --model hf:/tmp/runs/coder-gpu/cold_start/model -k 1 --temperature 0 --device cuda \
     --run coder-gpu-kb-l1 --db "$OUT/kb_bench.db" --runs-dir /tmp/runs --json > "$OUT/kb_bench.json" \
     2> "$OUT/kb_bench.log"; echo "kb bench rc=$?"; tail -3 "$OUT/kb_bench.log"
