@@ -230,3 +230,25 @@ def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path):
     # a second run in the same directory resumes: nothing is made again
     again = Loop(cfg, tmp_path / "run", resume=True, log=lambda *_: None).run()
     assert again["cold_start"] == cs
+
+
+def test_the_committed_rows_load_gzipped_and_a_sample_is_judged_correct():
+    """data/family-train.jsonl.gz (what GPU sessions train on) loads as SFT rows, and rows drawn
+    from it are what they claim: the module in the prompt, the teacher's kernel as the
+    completion, judged `correct` by the CPU evaluator."""
+    import random
+
+    from kernelzero.eval import EvalConfig, Evaluator
+    from kernelzero.models.completion import code_blocks
+    from kernelzero.tasks import Candidate, Task
+    from kernelzero.train.sft import load_rows
+
+    rows = load_rows(Path(__file__).resolve().parents[1] / "data" / "family-train.jsonl.gz")
+    assert len(rows) >= 13000
+    picked = random.Random(0).sample(rows, 3)
+    pairs = [(Task.from_source(code_blocks(r["prompt"][-1]["content"])[0], f"row_{i}"),
+              Candidate(code_blocks(r["completion"][0]["content"])[0])) for i, r in enumerate(picked)]
+    assert all("class Model(" in t.source and "class ModelNew(" in c.source for t, c in pairs)
+    with Evaluator(EvalConfig(device="cpu", max_workers=2)) as ev:
+        verdicts = ev.judge_many(pairs)
+    assert [v.status for v in verdicts] == ["correct"] * 3, [v.reason for v in verdicts]

@@ -83,10 +83,14 @@ class SFTRunConfig:
 
 
 def load_rows(data: str | Path) -> list[dict]:
+    """Conversational rows from a JSONL file, gzipped or not (`.gz`: data/family-train.jsonl.gz)."""
+    import gzip
     import json
 
+    raw = Path(data).read_bytes()
+    text = (gzip.decompress(raw) if str(data).endswith(".gz") else raw).decode("utf-8")
     rows = []
-    for i, line in enumerate(Path(data).read_text(encoding="utf-8").splitlines(), 1):
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         d = json.loads(line)
