@@ -301,3 +301,22 @@ def test_comparison_falls_back_to_host_copies_when_the_gpu_is_full(monkeypatch):
     bad = compare.compare_outputs(r, TensorOut(torch.zeros(4), "cpu", True, []), tol, "cpu")
     assert not bad.ok and "value_mismatch" in bad.flags
     assert len(calls) == 3  # failed once, retried on host, then the second comparison directly
+
+
+def test_a_cuda_ipc_handle_the_driver_refuses_is_said_to_be_maybe_the_judges_failure(monkeypatch):
+    """A well-formed shared output the driver will not map (on an H200 the jail's uids did this
+    to every KernelBench-sized output) must not read as the module's fault alone."""
+    from kernelzero.eval import cuda_ipc
+    from kernelzero.eval.tensorio import DecodeError, decode
+
+    def refuse(*a, **k):
+        raise RuntimeError("CUDA error: mapping of buffer object failed\nSearch for ...")
+
+    monkeypatch.setattr(cuda_ipc, "open_shared", refuse)
+    desc = {"kind": "tensor", "dtype": "float32", "shape": [4], "offset": 0, "nbytes": 16,
+            "ipc": {"handle": "00"}}
+    with pytest.raises(DecodeError) as e:
+        decode(desc, "unused", _buf=[bytearray(), 0])
+    msg = str(e.value)
+    assert "mapping of buffer object failed" in msg and "Search for" not in msg
+    assert "jail or driver" in msg and "transfer='host'" in msg
