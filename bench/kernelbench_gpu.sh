@@ -3,7 +3,8 @@
 # under RESULTS_DIR; the results file (bench/results/kernelbench_identity_h200.json) is rewritten
 # after every slice, and a copy goes to RESULTS_DIR with runs/kb_identity (store, samples, audit
 # log). Everything is resumable: run the same part again (on a fresh machine, with that folder
-# carried back as runs/kb_identity and the results file in place) and it goes on where it stopped.
+# carried back as runs/kb_identity, or its store committed as bench/results/kb_identity.db, and the
+# results file in place) and it goes on where it stopped.
 #
 #   bash bench/kernelbench_gpu.sh tests   RESULTS_DIR  # GPU tests: half the card beside others,
 #                                                      # a streamed task, CUDA build reuse (~2 min)
@@ -30,6 +31,11 @@ for d in ../shared/kernelbench shared/kernelbench third_party/kernelbench; do
   [ -z "$KB" ] && [ -d "$d" ] && KB=$(cd "$d" && pwd)
 done
 RESULTS_FILE=bench/results/kernelbench_identity_h200.json
+# The store as the last session left it (committed, without its key: those records read
+# `other_key` and are kept, flagged): a fresh machine goes on where that one stopped.
+if [ ! -f runs/kb_identity/identity.db ] && [ -f bench/results/kb_identity.db ]; then
+  mkdir -p runs/kb_identity && cp bench/results/kb_identity.db runs/kb_identity/identity.db
+fi
 python3 -c 'import einops' 2>/dev/null || \
   { ls .whl/einops-*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps .whl/einops-*.whl; }
 
