@@ -69,7 +69,7 @@ data)
   ;;
 gpu-coder)
   # The GPU-size Coder from zero, then on KernelBench's Level 1 problems the family covers, at
-  # their real sizes, judged on the GPU (.kb/family: the problems the teacher compiles).
+  # their real sizes, judged on the GPU (those the teacher compiles, picked below).
   gunzip -c "$DATA" > /tmp/family-train.jsonl || exit 1
   timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu \
     --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-120}" \
