@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ablation import _bootstrap  # noqa: E402 - bench/ is this script's own folder
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = ROOT / "kernelzero" / "examples" / "handwritten"
@@ -36,10 +37,9 @@ def generate(module: Path, k: int, temperature: float, workers: int, seed: int) 
     return {"verified": doc.get("best") is not None, "statuses": statuses, "wall_s": round(wall, 1)}
 
 
-def bootstrap(xs: list[float], n: int = 2000, seed: int = 0) -> list[float]:
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choice(xs) for _ in xs) / len(xs) for _ in range(n))
-    return [means[int(0.025 * n)], means[int(0.975 * n) - 1]]
+def ci95(xs: list[float]) -> list[float]:
+    """The percentile bootstrap over modules that bench/ablation.py uses for its arms."""
+    return list(_bootstrap(xs)[1:])
 
 
 def main() -> None:
@@ -60,12 +60,12 @@ def main() -> None:
     for t in a.temperatures:
         xs = [float(rows[m.stem][str(t)]["verified"]) for m in modules]
         summary[str(t)] = {"verified": int(sum(xs)), "modules": len(xs),
-                           "share": sum(xs) / len(xs), "ci95": bootstrap(xs)}
+                           "share": sum(xs) / len(xs), "ci95": ci95(xs)}
     if len(a.temperatures) >= 2:
         t0, t1 = (str(t) for t in a.temperatures[:2])
         d = [float(rows[m.stem][t1]["verified"]) - float(rows[m.stem][t0]["verified"])
              for m in modules]
-        summary[f"{t1} - {t0}"] = {"mean": sum(d) / len(d), "ci95": bootstrap(d)}
+        summary[f"{t1} - {t0}"] = {"mean": sum(d) / len(d), "ci95": ci95(d)}
     doc = {"command": " ".join(sys.argv), "k": a.k, "seed": a.seed, "summary": summary,
            "modules": rows}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
