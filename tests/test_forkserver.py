@@ -137,3 +137,12 @@ def _can_unshare_network(mine: str) -> bool:
     os.close(r)
     os.waitpid(pid, 0)
     return bool(theirs) and theirs != mine
+
+
+def test_cuda_workers_get_an_allocator_that_gives_large_freed_blocks_back(tmp_path):
+    # Split large blocks stayed reserved beside a few MiB in use, and a task of half the card
+    # ran out of memory at its next draw (tests/test_eval_gpu_memory.py, on the GPU).
+    cuda = SandboxWorker("cuda", SandboxLimits(isolation="none"), work_root=str(tmp_path), name="c")
+    cpu = SandboxWorker("cpu", SandboxLimits(isolation="none"), work_root=str(tmp_path), name="p")
+    assert "max_split_size_mb" in cuda._base_env()["PYTORCH_CUDA_ALLOC_CONF"]
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in cpu._base_env()

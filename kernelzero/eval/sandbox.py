@@ -42,6 +42,7 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA
             "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS", "NCCL_NVLS_ENABLE",
             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_PTXAS_PATH")
 MAX_REPLY_BYTES = 16 * 2**20
+ALLOC_CONF = "max_split_size_mb:512"  # the workers' CUDA caching allocator (see _base_env)
 _REAPING: set = set()  # reaper threads of workers closed with wait=False
 _REAPING_LOCK = threading.Lock()
 
@@ -224,6 +225,11 @@ class SandboxWorker:
         if self.device == "cpu":
             env["TRITON_INTERPRET"] = "1"
             env["CUDA_VISIBLE_DEVICES"] = ""
+        else:
+            # Blocks over 512 MiB are never split for small tensors, so a trial's freed 60 GiB
+            # of inputs goes back to the driver when the next trial's draw needs it; split, it
+            # stayed reserved beside a few MiB in use and the draw ran out of memory.
+            env["PYTORCH_CUDA_ALLOC_CONF"] = ALLOC_CONF
         if self.isolation.own_uid:  # a uid with no account: getpass.getuser() asks these first
             env.update(USER="kz-worker", LOGNAME="kz-worker")
         return env
