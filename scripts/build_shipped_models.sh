@@ -10,9 +10,10 @@
 #
 # Verified rows made elsewhere (e.g. on a CPU machine, where judging is cheap and the GPU is not
 # needed) are reused with KZ_CODER_DATA=path/to/data.jsonl; otherwise the Coder's run makes them.
-# KZ_CODER_MORE_STEPS=N continues the Coder's SFT for N more steps (`kernelzero sft`, learning rate
-# 1e-3, linear decay) before it ships: the shipped Coder is the cold start's 879 steps + 1,200 more
-# (docs/perf.md, "Learning from zero").
+# KZ_CODER_MORE_STEPS="N1 N2 ..." continues the Coder's SFT in stages of N1, N2, ... steps before
+# it ships (`kernelzero sft`, learning rate 1e-3 decaying linearly to 0 in each stage, batch 64,
+# stage k under seed k). The shipped Coder is the cold start's 879 steps, then stages of 1,200,
+# 2,800 and 3,800 steps: KZ_CODER_MORE_STEPS="1200 2800 3800" (docs/perf.md, "Learning from zero").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-runs/shipped}
@@ -34,14 +35,16 @@ ship() {  # ship SRC NAME
   du -sh "$dst"
 }
 coder=$runs/coder-cpu/cold_start/model
-if [ -n "${KZ_CODER_MORE_STEPS:-}" ]; then
-  bf16=$(python3 -c 'import torch; print("--bf16" if torch.cuda.is_available() else "")')
+bf16=$(python3 -c 'import torch; print("--bf16" if torch.cuda.is_available() else "")')
+stage=0
+for steps in ${KZ_CODER_MORE_STEPS:-}; do
+  stage=$((stage + 1))
   python3 -m kernelzero sft --model "$coder" --data "${KZ_CODER_DATA:-$runs/coder-cpu/cold_start/data.jsonl}" \
-    --out "$runs/coder-cpu/continued" --max-steps "$KZ_CODER_MORE_STEPS" --lr 1e-3 --batch-size 64 \
-    --max-length 2048 $bf16 --seed 1
-  cp "$coder/kernelzero_model.json" "$runs/coder-cpu/continued/"
-  coder=$runs/coder-cpu/continued
-fi
+    --out "$runs/coder-cpu/continued-$stage" --max-steps "$steps" --lr 1e-3 --batch-size 64 \
+    --max-length 2048 $bf16 --seed "$stage"
+  cp "$coder/kernelzero_model.json" "$runs/coder-cpu/continued-$stage/"
+  coder=$runs/coder-cpu/continued-$stage
+done
 ship "$coder" coder-cpu
 ship "$runs/proposer-cpu/proposer_cold_start/model" proposer-cpu
 python3 -c 'from kernelzero.models.shipped import shipped_model; print("shipped:", shipped_model("coder"), shipped_model("proposer"))'

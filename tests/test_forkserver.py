@@ -74,10 +74,10 @@ def test_a_released_worker_is_killed_at_once_and_reaped_in_the_background(tmp_pa
     slow = []
     real_reap = w._reap
 
-    def slow_reap():  # stands in for a slow CUDA teardown
+    def slow_reap(*args):  # stands in for a slow CUDA teardown
         time.sleep(0.5)
         slow.append(1)
-        real_reap()
+        real_reap(*args)
 
     w._reap = slow_reap
     t0 = time.monotonic()
@@ -90,6 +90,38 @@ def test_a_released_worker_is_killed_at_once_and_reaped_in_the_background(tmp_pa
     assert _gone(pid)
     reap_pending()
     assert slow and w.proc.returncode is not None and not os.path.exists(folder)
+
+
+LINGERING = """import os, sys, time
+if os.fork() == 0:  # a descendant in a session of its own (the kill of the group misses it) that
+    os.setsid()     # exits a second later: a CUDA process tearing down its context below bwrap
+    print("ready", flush=True)
+    time.sleep(1.0)
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+def test_closing_a_worker_waits_until_its_last_process_is_gone(tmp_path):
+    """The judge lets a large grant go only after `close(wait=True)`: that must mean every
+    process of the worker has exited, not only the top one (on an H200, the Python below bwrap
+    held 130 GiB for about a second after bwrap was reaped, and the next judgement ran out of
+    memory)."""
+    import subprocess
+    import sys
+
+    from kernelzero.eval.process_tree import alive, process_tree
+    top = subprocess.Popen([sys.executable, "-c", LINGERING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           start_new_session=True)
+    assert top.stdout.readline().strip() == b"ready"
+    tree = process_tree(top.pid)
+    assert len(tree) == 2
+    w = object.__new__(SandboxWorker)  # a worker made of these two processes
+    w.proc, w.uid, w.dir = top, None, str(tmp_path / "w")
+    t0 = time.monotonic()
+    w.close(wait=True)
+    assert alive(tree) == [] and top.returncode is not None
+    assert time.monotonic() - t0 > 0.5  # it waited for the descendant's own exit
 
 
 def _gone(pid: int) -> bool:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from kernelzero.eval.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command, device_groups,
                                   drop_to_uid, isolation_for, warn_if_unisolated, workers_parent)
+from kernelzero.eval.process_tree import process_tree, wait_gone
 from kernelzero.eval.worker_uids import NoWorkerUid, WorkerUid
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -43,6 +44,7 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA
             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_PTXAS_PATH")
 MAX_REPLY_BYTES = 16 * 2**20
 ALLOC_CONF = "max_split_size_mb:512"  # the workers' CUDA caching allocator (see _base_env)
+REAP_TIMEOUT_S = 10.0  # the longest a closed worker's processes are waited for
 _REAPING: set = set()  # reaper threads of workers closed with wait=False
 _REAPING_LOCK = threading.Lock()
 
@@ -320,26 +322,31 @@ class SandboxWorker:
         """Kill the worker now, every process it started with it. With wait=False the rest
         (waiting for the exit, which for a CUDA process means its context's teardown, often a
         few hundred ms, and removing the temp dir) happens on a reaper thread (`reap_pending`
-        waits for them all)."""
+        waits for them all). Either way the reaping ends once every process of the worker's
+        tree has exited, not only the top one (process_tree.py: a CUDA process below bwrap
+        holds its device memory until then)."""
+        tree = process_tree(self.proc.pid) if self.proc is not None else []
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
         elif self.uid is not None:  # the worker is gone; what it left running is not
             self.uid.kill_all()
         if wait:
-            self._reap()
+            self._reap(tree)
             return
-        t = threading.Thread(target=self._reap, name="kz-reaper", daemon=True)
+        t = threading.Thread(target=self._reap, args=(tree,), name="kz-reaper", daemon=True)
         with _REAPING_LOCK:
             _REAPING.add(t)
         t.start()
 
-    def _reap(self) -> None:
+    def _reap(self, tree: list[tuple[int, str]]) -> None:
         try:
             if self.proc is not None:
+                t0 = time.monotonic()
                 try:
-                    self.proc.wait(timeout=10)
+                    self.proc.wait(timeout=REAP_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     pass
+                wait_gone(tree, max(0.0, REAP_TIMEOUT_S - (time.monotonic() - t0)))
                 for f in (self.proc.stdin, self.proc.stdout):
                     try:
                         f.close()

@@ -103,12 +103,15 @@ class Worker:
         torch.manual_seed(seed)
         with torch.device(self.device):
             out = list(self.ref.get_inputs())
-        for i, x in enumerate(out):
-            if isinstance(x, torch.Tensor):
-                x = out[i] = x.to(self.device)
-                if dist != "task" and x.is_floating_point():
-                    shape, dtype = x.shape, x.dtype
-                    out[i] = x = None
+        # By index, holding no other reference: `for i, x in enumerate(out)` would keep the
+        # original alive through the redraw (enumerate keeps its last item), so a task whose
+        # inputs take half the GPU would hold them twice and run out of memory.
+        for i in range(len(out)):
+            if isinstance(out[i], torch.Tensor):
+                out[i] = out[i].to(self.device)
+                if dist != "task" and out[i].is_floating_point():
+                    shape, dtype = out[i].shape, out[i].dtype
+                    out[i] = None
                     out[i] = self._redistribute(shape, dtype, dist)
         return out
 
