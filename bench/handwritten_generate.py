@@ -22,10 +22,12 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = ROOT / "kernelzero" / "examples" / "handwritten"
 
 
-def generate(module: Path, k: int, temperature: float, workers: int, seed: int) -> dict:
+def generate(module: Path, k: int, temperature: float, workers: int, seed: int,
+             kernels: Path) -> dict:
+    (kernels / f"T{temperature}").mkdir(parents=True, exist_ok=True)  # a folder, not a file name
     cmd = [sys.executable, "-m", "kernelzero", "generate", str(module), "--device", "cpu",
            "-k", str(k), "--temperature", str(temperature), "--workers", str(workers),
-           "--seed", str(seed), "--json"]
+           "--seed", str(seed), "--out", str(kernels / f"T{temperature}"), "--json"]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
@@ -49,13 +51,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="bench/results/handwritten.json")
+    ap.add_argument("--kernels", default="runs/handwritten_kernels",
+                    help="where each verified kernel is written (a folder per temperature)")
     a = ap.parse_args()
     modules = sorted(MODULES.glob("*.py"))
     from tqdm import tqdm
     rows: dict[str, dict] = {}
     for t in a.temperatures:
         for m in tqdm(modules, desc=f"T={t}"):
-            rows.setdefault(m.stem, {})[str(t)] = generate(m, a.k, t, a.workers, a.seed)
+            rows.setdefault(m.stem, {})[str(t)] = generate(m, a.k, t, a.workers, a.seed,
+                                                               Path(a.kernels))
     summary = {}
     for t in a.temperatures:
         xs = [float(rows[m.stem][str(t)]["verified"]) for m in modules]
