@@ -111,8 +111,8 @@ def test_closing_a_worker_waits_until_its_last_process_is_gone(tmp_path):
     import sys
 
     from kernelzero.eval.process_tree import alive, process_tree
-    top = subprocess.Popen([sys.executable, "-c", LINGERING], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           start_new_session=True)
+    top = subprocess.Popen([sys.executable, "-c", LINGERING], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, start_new_session=True)
     assert top.stdout.readline().strip() == b"ready"
     tree = process_tree(top.pid)
     assert len(tree) == 2

@@ -264,7 +264,7 @@ def test_the_judge_reads_no_file_through_a_link_or_fifo_the_worker_made(tmp_path
 
 
 def test_uid_usage_counts_a_uids_live_processes():
-    from kernelzero.eval.sandbox import uid_usage
+    from kernelzero.eval.process_tree import uid_usage
     n, rss = uid_usage(os.getuid())
     assert n >= 1 and rss > 0  # this process at least
     assert uid_usage(UID_BASE + UID_SLOTS + 12345) == (0, 0)

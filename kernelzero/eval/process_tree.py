@@ -1,4 +1,5 @@
-"""The processes a worker is made of, and waiting until they are really gone.
+"""The processes a worker is made of, read from /proc: its tree, its use of processes and host
+memory (the limits the judge polices), and waiting until they are really gone.
 
 A jailed worker is a tree (bwrap, the PID namespace's init, then Python). When the judge kills it,
 `Popen.wait` returns once the top process exits, while the Python below may still be tearing down
@@ -17,14 +18,62 @@ import os
 import time
 
 
-def _stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time) of a live process, or None once it is gone."""
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name (index 0 is field 3, the state), or None
+    once the process is gone."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return fields[0], fields[19]  # state (3rd field), starttime (22nd)
+
+
+def _stat(pid: int) -> tuple[str, str] | None:
+    """(state, start time) of a live process, or None once it is gone."""
+    fields = stat_fields(pid)
+    if fields is None or len(fields) < 20:
+        return None
+    return fields[0].decode(), fields[19].decode()  # state (field 3), starttime (field 22)
+
+
+def session_usage(sid: int) -> tuple[int, int]:
+    """(process count, resident bytes) of every process in session `sid`, from /proc."""
+    n, rss = 0, 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = stat_fields(entry)
+        try:
+            if fields is None or int(fields[3]) != sid:  # field 6 of stat, the session id
+                continue
+            n += 1
+            rss += int(fields[21]) * page  # field 24, resident pages
+        except (IndexError, ValueError):
+            continue
+    return n, rss
+
+
+def uid_usage(uid: int) -> tuple[int, int]:
+    """(process count, resident bytes) of every live process whose real uid is `uid`, from
+    /proc (status, not the folder's owner, which a process can make root's: PR_SET_DUMPABLE)."""
+    n, rss = 0, 0
+    want = b"\nUid:\t%d\t" % uid
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", "rb") as f:
+                status = f.read()
+        except OSError:
+            continue
+        if want not in status or b"\nState:\tZ" in status:  # a zombie is dead (init may not
+            continue                                          # have reaped it yet)
+        n += 1
+        at = status.find(b"\nVmRSS:")
+        if at >= 0:
+            rss += int(status[at + 7:status.index(b"kB", at)]) * 1024
+    return n, rss
 
 
 def _children(pid: int) -> list[int]:
@@ -44,16 +93,16 @@ def _children(pid: int) -> list[int]:
 
 def process_tree(pid: int) -> list[tuple[int, str]]:
     """`pid` and its descendants now, each as (pid, start time)."""
-    seen: list[tuple[int, str]] = []
+    seen: dict[int, str] = {}
     todo = [pid]
     while todo:
         p = todo.pop()
         st = _stat(p)
-        if st is None or any(p == q for q, _ in seen):
+        if st is None or p in seen:
             continue
-        seen.append((p, st[1]))
+        seen[p] = st[1]
         todo += _children(p)
-    return seen
+    return list(seen.items())
 
 
 def alive(procs: list[tuple[int, str]]) -> list[int]:

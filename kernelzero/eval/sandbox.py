@@ -33,7 +33,7 @@ from pathlib import Path
 
 from kernelzero.eval.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command, device_groups,
                                   drop_to_uid, isolation_for, warn_if_unisolated, workers_parent)
-from kernelzero.eval.process_tree import process_tree, wait_gone
+from kernelzero.eval.process_tree import process_tree, session_usage, uid_usage, wait_gone
 from kernelzero.eval.worker_uids import NoWorkerUid, WorkerUid
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -134,47 +134,6 @@ def isolate_network() -> None:
     included, holding the GIL (tens of ms per worker, 0.5 s when a batch's end refills 30)."""
     if _UNSHARE is not None and os.geteuid() == 0:
         _UNSHARE(CLONE_NEWNET)
-
-
-def session_usage(sid: int) -> tuple[int, int]:
-    """(process count, resident bytes) of every process in session `sid`, from /proc."""
-    n, rss = 0, 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if int(fields[3]) != sid:  # field 6 of stat, the session id
-                continue
-            n += 1
-            rss += int(fields[21]) * page  # field 24, resident pages
-        except (OSError, IndexError, ValueError):
-            continue
-    return n, rss
-
-
-def uid_usage(uid: int) -> tuple[int, int]:
-    """(process count, resident bytes) of every live process whose real uid is `uid`, from
-    /proc (status, not the folder's owner, which a process can make root's: PR_SET_DUMPABLE)."""
-    n, rss = 0, 0
-    want = b"\nUid:\t%d\t" % uid
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status", "rb") as f:
-                status = f.read()
-        except OSError:
-            continue
-        if want not in status or b"\nState:\tZ" in status:  # a zombie is dead (init may not
-            continue                                          # have reaped it yet)
-        n += 1
-        at = status.find(b"\nVmRSS:")
-        if at >= 0:
-            rss += int(status[at + 7:status.index(b"kB", at)]) * 1024
-    return n, rss
 
 
 class WorkerTimeout(Exception):
