@@ -32,7 +32,11 @@ def test_a_streamed_task_is_judged_like_a_kept_one():
              "memoise": Candidate(MEMOISE, "memoise")}
     verdicts = {}
     for store_mb in (None, 0):  # kept, then streamed (no reference output may be kept)
-        cfg = EvalConfig(device="cpu", policy="none", max_workers=2, reference_store_mb=store_mb)
+        # A fixed schedule: under a random one the poke trial's 8 changed elements hit one of
+        # the memoiser's 16 sampled positions (of 16,000) about 1% of the time, and then its
+        # recomputed output is rightly correct (CI saw it once, 3 Dec 2026).
+        cfg = EvalConfig(device="cpu", policy="none", max_workers=2, reference_store_mb=store_mb,
+                         seed=1)
         with Evaluator(cfg) as ev:
             got = ev.judge_many([(RELU, c) for c in cands.values()])
         verdicts[store_mb] = dict(zip(cands, got))
