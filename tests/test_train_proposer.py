@@ -71,6 +71,33 @@ def test_frontier_reward_rho_and_band():
     assert len(ev.judged) == 16  # 4 valid modules x 4 attempts, in one batch
 
 
+def test_the_proposer_s_feedback_names_the_ops_the_coder_fails_and_is_slow_on(tmp_path):
+    """The loop's feedback path end to end: a valid module's timed attempts are kept by source
+    hash, its flags go to a real task pool, and the feedback line built from the pool names the
+    op of the module the Coder fails most and the op whose correct kernels are slower than eager."""
+    from kernelzero.propose.task_pool import TaskPool
+    from kernelzero.train.family_proposer import pool_feedback
+
+    class TimedEvaluator(FakeEvaluator):
+        def judge_many(self, pairs):  # correct kernels of module N=2 run at half eager's speed
+            vs = super().judge_many(pairs)
+            for (t, _), v in zip(pairs, vs):
+                v.speedup = (0.5 if "N = 2" in t.source else 3.0) if v.correct else None
+            return vs
+
+    cfg = TrainConfig(proposer={"coder_attempts": 4})
+    attempts = {1: [True, False, False, False], 2: [True, True, True, False]}
+    src = FrontierRewardSource(cfg, _tools(attempts), Judge(TimedEvaluator()), context=dict)
+    src(prompts=[[]] * 2, completions=["module 1", "module 2"], api_set=["tanh", "exp"])
+    with TaskPool(tmp_path / "pool.db") as pool:
+        for task, apis, flags in src.valid_modules:
+            h, _ = pool.add(task.source, apis, task.name)
+            pool.record(h, 0, flags)
+        text = pool_feedback(pool.entries(), src.speedups)
+    assert sorted(src.speedups.values()) == [[0.5, 0.5, 0.5], [3.0]]
+    assert text == "fails on tanh (25%), exp (75%); slow on exp (100%)"
+
+
 def test_frontier_reward_function_hand_computed():
     assert frontier_reward([1, 0, 1, 0]) == 1.0
     assert frontier_reward([1, 1, 1, 0]) == pytest.approx(0.5)

@@ -78,7 +78,8 @@ def _random_feedback(rng: random.Random, ops: list[str]) -> str:
 
 def pool_feedback(entries, verdict_speedups: dict[str, list[float]] | None = None) -> str:
     """Feedback from the task pool: each op's mean p over the modules that use it, and (where
-    timed) the share of its correct kernels slower than eager."""
+    timed) the share of its correct kernels slower than eager. `verdict_speedups`: speed-ups over
+    eager of the correct kernels of each pool entry, by its task hash."""
     per_op: dict[str, dict] = {}
     for e in entries:
         p = e.latest_p
@@ -87,7 +88,7 @@ def pool_feedback(entries, verdict_speedups: dict[str, list[float]] | None = Non
         for op in e.apis:
             d = per_op.setdefault(op, {"ps": [], "speeds": []})
             d["ps"].append(p)
-            d["speeds"] += (verdict_speedups or {}).get(e.hash, [])
+            d["speeds"] += (verdict_speedups or {}).get(e.task_hash, [])
     return feedback_text({op: {"p": sum(d["ps"]) / len(d["ps"]),
                                "slow": (sum(s < 1.0 for s in d["speeds"]) / len(d["speeds"])
                                         if d["speeds"] else 0.0)} for op, d in per_op.items()})

@@ -100,6 +100,7 @@ class Loop:
                 restore_rng(self.out / "ckpt" / last / "rng.pt")
         self.tb = None
         self._sets = None
+        self._speedups: dict[str, list[float]] = {}  # pool task hash -> its kernels' speed-ups
 
     # ------------------------------------------------------------------ setup
     def _models(self) -> None:
@@ -312,7 +313,7 @@ class Loop:
             factory = factory or fp.family_tools
             family = self.cfg.cold_start.family
             sampler = lambda rng, k: fp.sample_api_set(rng, k, family)  # noqa: E731
-            weakness = fp.pool_feedback(earlier)
+            weakness = fp.pool_feedback(earlier, self._speedups)
         else:
             from kernelzero.propose.llm import weakness_summary
             from kernelzero.train.proposer_tools import default_tools, sample_api_set as sampler
@@ -326,6 +327,7 @@ class Loop:
                                          seed, [logger], self.state.proposer_optimizer or None, self.world)
         finally:
             closer()
+        self._speedups.update(reward.speedups)
         for task, apis, flags in reward.valid_modules:  # every rank adds its own (SQLite, WAL)
             h, _ = self.pool.add(task.source, apis, task.name, origin=f"llm:proposer-r{r}",
                                  provenance={"round": r, "phase": "proposer"})

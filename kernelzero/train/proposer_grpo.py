@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelzero.tasks import Candidate, Task
+from kernelzero.tasks.task import source_hash
 from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge
 
@@ -62,8 +63,10 @@ def proposer_rows(cfg: TrainConfig, tools: ProposerTools, sample_api_set: Callab
 class FrontierRewardSource:
     """TRL reward function for the Proposer (per process; no group gate needed).
 
-    `valid_modules` collects (task, api list, correct flags) of every valid module; `last` holds
-    per-completion records of the latest batch (valid, reason, p, reward, in_band).
+    `valid_modules` collects (task, api list, correct flags) of every valid module; `speedups`
+    each valid module's speed-ups over eager of its correct, timed attempts, by source hash (the
+    pool's key: the Proposer's feedback names the ops whose kernels are slower than eager);
+    `last` holds per-completion records of the latest batch (valid, reason, p, reward, in_band).
     """
 
     __name__ = "frontier"
@@ -71,6 +74,7 @@ class FrontierRewardSource:
     def __init__(self, cfg: TrainConfig, tools: ProposerTools, judge: Judge, context: Callable[[], dict]):
         self.cfg, self.tools, self.judge, self.context = cfg, tools, judge, context
         self.valid_modules: list[tuple[Task, list[str], list[bool]]] = []
+        self.speedups: dict[str, list[float]] = {}
         self.last: list[dict] = []
         self.history: list[dict] = []
 
@@ -101,8 +105,12 @@ class FrontierRewardSource:
             pairs = [(t, self.tools.to_candidate(c)) for (_, t), cs in zip(valid_tasks, outs) for c in cs]
             verdicts = self.judge.judge(pairs, context={**self.context(), "role": "proposer-attempt"})
             k = 0
-            for (i, _), cs in zip(valid_tasks, outs):
-                flags_by_index[i] = [v.correct for v in verdicts[k:k + len(cs)]]
+            for (i, task), cs in zip(valid_tasks, outs):
+                mine = verdicts[k:k + len(cs)]
+                flags_by_index[i] = [v.correct for v in mine]
+                timed = [v.speedup for v in mine if v.correct and v.speedup is not None]
+                if timed:
+                    self.speedups[source_hash(task.source)] = timed
                 k += len(cs)
         rewards = []
         for i, rec in enumerate(recs):
