@@ -390,7 +390,7 @@ def cmd_audit(args) -> int:
                 done[r["task"]] = r
             except (ValueError, KeyError):
                 continue
-    todo = [t for t in tasks if t.key not in done][: args.limit or None]
+    todo = [] if args.write_only else [t for t in tasks if t.key not in done][: args.limit or None]
     device = args.device or ("cuda" if shutil.which("nvidia-smi") else "cpu")
     lock = threading.Lock()
     t0 = time.perf_counter()
@@ -409,9 +409,10 @@ def cmd_audit(args) -> int:
         print(f"{'OK  ' if res.ok else 'FLAG'} {t.key}: {'; '.join(res.reasons)[:160]}",
               flush=True)
 
-    with Evaluator(EvalConfig(device=device, max_workers=args.workers)) as ev, \
-            ThreadPoolExecutor(args.workers) as pool:
-        list(pool.map(lambda t: one(ev, t), todo))
+    if todo:
+        with Evaluator(EvalConfig(device=device, max_workers=args.workers)) as ev, \
+                ThreadPoolExecutor(args.workers) as pool:
+            list(pool.map(lambda t: one(ev, t), todo))
     rows = [done[t.key] for t in tasks if t.key in done]
     codes = lambda r: {x.split(":", 1)[0] for x in r["reasons"]}  # noqa: E731
     result = {"levels": args.levels, "audited": len(rows), "problems": len(tasks),
@@ -454,6 +455,9 @@ def main() -> int:
     sub.choices["plan"].add_argument("--card-gib", type=float, default=140.0)
     sub.choices["audit"].add_argument("--workers", type=int, default=4)
     sub.choices["audit"].add_argument("--device", choices=["cpu", "cuda"], default=None)
+    sub.choices["audit"].add_argument("--write-only", action="store_true",
+                                      help="audit nothing: write the results file from the log "
+                                           "(a run cut short by its time limit)")
     args = p.parse_args()
     return {"judge": cmd_judge, "harness": cmd_harness, "audit": cmd_audit, "plan": cmd_plan,
             "_kb_one": cmd_kb_one, "_measure": cmd_measure}[args.part](args)
