@@ -71,6 +71,19 @@ def test_sft_trains_on_the_completion_only(tiny, distilled, tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
+def test_sft_stops_at_its_time_limit_and_keeps_what_it_trained(tiny, distilled, tmp_path, capsys):
+    out = tmp_path / "cut"
+    assert main(["sft", "--model", str(tiny), "--data", str(distilled), "--out", str(out),
+                 "--max-steps", "40", "--lr", "1e-2", "--batch-size", "1", "--max-length", "4096",
+                 "--time-limit-s", "0.001", "--log-every", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    res = json.loads(captured.out.strip().splitlines()[-1])
+    assert res["steps"] == 1 and res["planned_steps"] == 40 and res["stopped_by_time_limit"]
+    assert "sft step 1/40" in captured.err  # progress on stderr, the JSON alone on stdout
+    before, after = _weights(tiny), _weights(out)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
 def test_sft_lora_moves_only_the_adapter(tiny, distilled, tmp_path):
     from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 
 def register(sub) -> None:
@@ -27,6 +28,10 @@ def register(sub) -> None:
     p.add_argument("--copy-weight", type=float, default=1.0,
                    help="weigh the constants a completion copies from its prompt this many times "
                         "in the loss (kernelzero/train/copy_loss.py; 1: the plain loss)")
+    p.add_argument("--time-limit-s", type=float, default=0.0,
+                   help="stop after this many seconds of training and save what was trained (0: no limit)")
+    p.add_argument("--log-every", type=int, default=100,
+                   help="a progress line (step, loss, tok/s) on stderr every N steps (0: none)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=run)
 
@@ -42,10 +47,14 @@ def run(args) -> int:
         cfg = SFTRunConfig(epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.lr,
                            batch_size=args.batch_size, grad_accum=args.grad_accum,
                            max_length=args.max_length, lora=args.lora, lora_r=args.lora_r,
-                           bf16=args.bf16, seed=args.seed, copy_weight=args.copy_weight)
-        out = run_sft(args.model, args.data, args.out, cfg)
+                           bf16=args.bf16, seed=args.seed, copy_weight=args.copy_weight,
+                           time_limit_s=args.time_limit_s, log_every=args.log_every)
+        out = run_sft(args.model, args.data, args.out, cfg,
+                      log=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as e:
         raise UsageError(str(e)) from None
     print(json.dumps(out) if args.json else
-          f"trained {out['steps']} steps on {out['rows']} rows (loss {out['train_loss']:.3f}) -> {out['out']}")
+          f"trained {out['steps']} steps on {out['rows']} rows (loss {out['train_loss']:.3f}) -> {out['out']}"
+          + (f" (stopped by --time-limit-s {args.time_limit_s:g} of {out['planned_steps']} planned steps)"
+             if out["stopped_by_time_limit"] else ""))
     return 0

@@ -44,6 +44,10 @@ class SFTRunConfig:
     copy_weight: how many times a token of a constant the completion copies from its prompt
         counts in the loss (kernelzero.train.copy_loss; 1: the plain completion-only loss). The
         held-out `eval_loss` is then weighted the same way.
+    time_limit_s: stop after the optimizer step that ends this many seconds of training (0: no
+        limit), and save the model trained so far as at any end. The learning-rate schedule stays
+        the one planned for max_steps / epochs, cut where it stopped: a run on a machine lent for
+        minutes keeps its steps instead of losing them all to the wall clock.
     """
 
     epochs: float = 2.0
@@ -64,8 +68,11 @@ class SFTRunConfig:
     seed: int = 0
     log_every: int = 0
     copy_weight: float = 1.0
+    time_limit_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.time_limit_s < 0:
+            raise ValueError("time_limit_s must be >= 0 (0: no limit)")
         if self.learning_rate <= 0 or self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError("learning_rate must be > 0, batch_size and grad_accum >= 1")
         if self.max_steps < 0 or (self.max_steps == 0 and self.epochs <= 0):
@@ -133,6 +140,21 @@ class ProgressPrinter:
         self.log(f"  sft step {state.global_step}/{self.total}: loss {float(logs['loss']):.4f}{rate}")
 
 
+def time_limit_callback(limit_s: float):
+    """A TrainerCallback that ends training at the first step end past `limit_s` seconds of it."""
+    from transformers import TrainerCallback
+
+    class TimeLimit(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kw):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kw):
+            if time.perf_counter() - self.t0 >= limit_s:
+                control.should_training_stop = True
+
+    return TimeLimit()
+
+
 def _tokenizer_procs(rows: int) -> int | None:
     """Processes that tokenize the rows: half the cores for large sets (tens of seconds in one
     process for 20K rows), none for small ones (starting processes costs more)."""
@@ -179,6 +201,8 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
     callbacks = list(callbacks or [])
     if cfg.log_every:
         callbacks.append(ProgressPrinter(cfg.log_every, total, log).callback)
+    if cfg.time_limit_s:
+        callbacks.append(time_limit_callback(cfg.time_limit_s))
     trainer_cls = SFTTrainer if cfg.copy_weight == 1.0 else _copy_weighted(SFTTrainer, cfg.copy_weight)
     return trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
                       train_dataset=Dataset.from_list(train),
@@ -222,7 +246,9 @@ def run_sft(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFT
     trainer.processing_class.save_pretrained(str(out))
     curve = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
     tokens = max((float(h.get("num_tokens", 0) or 0) for h in trainer.state.log_history), default=0.0)
-    return {"out": str(out), "steps": trainer.state.global_step, "train_loss": result.training_loss,
+    return {"out": str(out), "steps": trainer.state.global_step, "planned_steps": trainer.state.max_steps,
+            "stopped_by_time_limit": trainer.state.global_step < trainer.state.max_steps,
+            "train_loss": result.training_loss,
             "rows": len(trainer.train_dataset), "eval_rows": len(trainer.eval_dataset or []),
             "eval_loss_before": before, "eval_loss_after": after, "loss_curve": curve,
             "wall_s": wall, "tokens": tokens, "tokens_per_s": tokens / wall if wall > 0 else None,
