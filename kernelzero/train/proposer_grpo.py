@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Callable
 
 from kernelzero.tasks import Candidate, Task
-from kernelzero.tasks.task import source_hash
 from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge
 
@@ -64,7 +63,7 @@ class FrontierRewardSource:
     """TRL reward function for the Proposer (per process; no group gate needed).
 
     `valid_modules` collects (task, api list, correct flags) of every valid module; `speedups`
-    each valid module's speed-ups over eager of its correct, timed attempts, by source hash (the
+    each valid module's speed-ups over eager of its correct, timed attempts, by task hash (the
     pool's key: the Proposer's feedback names the ops whose kernels are slower than eager);
     `last` holds per-completion records of the latest batch (valid, reason, p, reward, in_band).
     """
@@ -110,7 +109,7 @@ class FrontierRewardSource:
                 flags_by_index[i] = [v.correct for v in mine]
                 timed = [v.speedup for v in mine if v.correct and v.speedup is not None]
                 if timed:
-                    self.speedups[source_hash(task.source)] = timed
+                    self.speedups[task.hash] = timed  # the pool's key (source_hash)
                 k += len(cs)
         rewards = []
         for i, rec in enumerate(recs):
