@@ -30,6 +30,11 @@ KB=${KZ_KB:-}
 for d in ../shared/kernelbench shared/kernelbench third_party/kernelbench; do
   [ -z "$KB" ] && [ -d "$d" ] && KB=$(cd "$d" && pwd)
 done
+if [ -z "$KB" ] || [ ! -d "$KB/level1" ]; then  # an empty --kb would load whatever lies under "."
+  echo "kernelbench_gpu.sh: KernelBench's problems not found (KZ_KB, ../shared/kernelbench," \
+       "shared/kernelbench, third_party/kernelbench): copy them there or set KZ_KB" >&2
+  exit 2
+fi
 RESULTS_FILE=bench/results/kernelbench_identity_h200.json
 # The store as the last session left it (committed, without its key: those records read
 # `other_key` and are kept, flagged): a fresh machine goes on where that one stopped.

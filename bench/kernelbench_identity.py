@@ -459,6 +459,9 @@ def main() -> int:
                                       help="audit nothing: write the results file from the log "
                                            "(a run cut short by its time limit)")
     args = p.parse_args()
+    if args.part in ("judge", "harness", "audit", "plan") and not (args.kb / "level1").is_dir():
+        p.error(f"--kb {args.kb}: no level1/ there; give the folder that holds KernelBench's "
+                "level1/ ... level4/ (a wrong folder would load whatever tasks lie under it)")
     return {"judge": cmd_judge, "harness": cmd_harness, "audit": cmd_audit, "plan": cmd_plan,
             "_kb_one": cmd_kb_one, "_measure": cmd_measure}[args.part](args)
 

@@ -41,3 +41,12 @@ def test_identity_judging_in_slices_resumes_and_reports(tmp_path):
     assert again.returncode == 0 and "problem(s), " not in again.stdout  # nothing left to judge
     data = json.loads(out.read_text())["identity"]
     assert data["totals"]["judged"] == 2 and len(data["slices"]) == 2
+
+
+def test_a_folder_without_kernelbench_s_levels_is_refused_not_scanned(tmp_path):
+    """An empty or wrong --kb once loaded every task under "." (the package's examples among
+    KernelBench's problems, under the same level and number): refused, with what to give."""
+    for kb in ("", str(tmp_path)):
+        res = _judge(kb, tmp_path / "work", tmp_path / "results.json")
+        assert res.returncode == 2 and "no level1/ there" in res.stderr, res.stderr[-500:]
+        assert not (tmp_path / "results.json").exists()
