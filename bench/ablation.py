@@ -7,8 +7,8 @@ Arms (each a `kernelzero train` run from the same cold-start Coder, the base con
 `coder_steps`, group size and prompts per step: the same Coder updates and judged rollouts):
     sft           no RL: the Coder as the cold start left it (the SFT-only baseline)
     uniform       CA-GRPO on family modules drawn uniformly (no Proposer, no frontier selection)
-    frontier      CA-GRPO on the learned Proposer's modules in the frontier band, the Proposer
-                  updated by GRPO on the frontier reward r_P = 1 - 2|p - 0.5|
+    frontier      CA-GRPO on the learned Proposer's modules in the frontier band only (no seed
+                  tasks), the Proposer updated by GRPO on the frontier reward r_P = 1 - 2|p - 0.5|
     frozen        as frontier, the Proposer never updated (learning rate 0: same sampling)
     speed_first   CA-GRPO with the speed reward from the first step (alpha = 0)
     correct_only  correctness reward only (beta = 0)
@@ -36,8 +36,8 @@ from pathlib import Path
 ARMS = {
     "sft": {"rounds": 0, "proposer_model": "tiny"},
     "uniform": {"proposer_steps": 0, "proposer_model": "tiny"},
-    "frontier": {},
-    "frozen": {"proposer": {"frozen": True}},
+    "frontier": {"seed_tasks": "family:0"},
+    "frozen": {"proposer": {"frozen": True}, "seed_tasks": "family:0"},
     "speed_first": {"proposer_steps": 0, "proposer_model": "tiny", "coder": {"alpha": 0.0}},
     "correct_only": {"proposer_steps": 0, "proposer_model": "tiny", "coder": {"beta": 0.0}},
 }

@@ -208,8 +208,9 @@ def run_coder_phase(cfg: TrainConfig, model_path: str, tasks: list[Task], judge:
     ca = cfg.coder
     by_id = {t.hash: t for t in tasks}
     if not by_id:
-        raise ValueError("the Coder phase has no task to train on: the pool is empty and every seed "
-                         "task is held out (lower heldout.limit, or point seed_tasks at more tasks)")
+        raise ValueError("the Coder phase has no task to train on: no pool module is in the band and "
+                         "seed_tasks gives none that is not held out (widen proposer.band, give the "
+                         "Proposer more steps, or point seed_tasks at more tasks)")
     reward = EvaluatorReward(judge, by_id, to_candidate, ca, context=lambda: dict(context))
     args = grpo_args(str(out_dir), group_size=ca.group_size, prompts_per_step=ca.prompts_per_step,
                      max_steps=cfg.coder_steps, learning_rate=ca.learning_rate, loss_type=ca.loss_type,
