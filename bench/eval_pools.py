@@ -99,7 +99,7 @@ def run_local(cfg, batch, args):
 
 
 def run_ray(cfg, batch, args):
-    from kernelzero.eval.ray_pool import RayPool, RayPoolConfig
+    from kernelzero.eval.pools.ray_pool import RayPool, RayPoolConfig
 
     t0 = time.perf_counter()
     with RayPool(cfg, RayPoolConfig(address=args.ray_address,

@@ -1,7 +1,7 @@
 """What moving one output from a worker to the judge costs on this GPU, piece by piece.
 
-A child process (the worker's role) allocates outputs of a given size and shares them through
-CUDA IPC (`kernelzero.eval.cuda_ipc.share`); this process (the judge's role) opens and copies
+A child process (the worker's role) allocates outputs of a given size and shares them through CUDA
+IPC (`kernelzero.eval.transport.cuda_ipc.share`); this process (the judge's role) opens and copies
 them (`open_shared`), one handle per output, or all outputs cut from one shared allocation. Also
 times a fresh `cudaMalloc` of that size and a device-to-device copy, for scale.
 
@@ -19,7 +19,7 @@ import time
 
 def child(mb: int, n: int) -> None:
     import torch
-    from kernelzero.eval.cuda_ipc import share
+    from kernelzero.eval.transport.cuda_ipc import share
     numel = mb * 2**20 // 4
     keep, descs = [], []
     t0 = time.perf_counter()
@@ -50,7 +50,7 @@ def main() -> None:
     if a.child:
         return child(a.mb, a.n)
     import torch
-    from kernelzero.eval.cuda_ipc import open_shared
+    from kernelzero.eval.transport.cuda_ipc import open_shared
     torch.zeros(1, device="cuda")
     numel = a.mb * 2**20 // 4
     rows = []

@@ -312,8 +312,8 @@ def cmd_plan(args) -> int:
     runs in this one) and what the judge plans for it on a card of --card-gib: kept or streamed,
     the memory a reference run and a judgement are admitted for. CPU only: no device needed."""
     from kernelzero.eval import EvalConfig
-    from kernelzero.eval.footprint import Footprint
-    from kernelzero.eval.memory_plan import MemoryPlan
+    from kernelzero.eval.device.footprint import Footprint
+    from kernelzero.eval.device.memory_plan import MemoryPlan
     from kernelzero.tasks import load_tasks
     tasks = load_tasks(args.kb, levels=args.levels)
     child = subprocess.run([sys.executable, __file__, "_measure", "--kb", str(args.kb), "--levels",
@@ -357,7 +357,7 @@ def cmd_measure(args) -> int:
 
     import torch
 
-    from kernelzero.eval.footprint import measure
+    from kernelzero.eval.device.footprint import measure
     from kernelzero.tasks import load_tasks
     out = {}
     for t in load_tasks(args.kb, levels=args.levels):

@@ -35,7 +35,7 @@ def top(prof: cProfile.Profile, n: int, key: str) -> str:
 
 def worker_side(task, reps: int) -> dict:
     import torch
-    from kernelzero.eval.worker import Worker
+    from kernelzero.eval.worker.worker import Worker
     w = Worker()
     t0 = time.perf_counter()
     w.warm({"device": "cuda", "transfer": "ipc"})

@@ -1,5 +1,5 @@
 """Sandbox worker start-up: a fresh `python -I` process (spawn) against a fork from the fork
-server (fork), each without a jail and in one (kernelzero/eval/jail.py), on this machine's
+server (fork), each without a jail and in one (kernelzero/eval/sandbox/jail.py), on this machine's
 device. Times N workers started one after another (start to `ready`, then the `warm` command, then
 closing it: a jailed worker's close kills its uid's processes), after one untimed start of each
 kind (the fork server's own start is reported apart). Quote the ratios: absolute times on a busy
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker  # noqa: E402
+from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker  # noqa: E402
 
 
 def start_once(method: str, device: str, sandbox: str) -> float:

@@ -131,13 +131,13 @@ def main(argv: list[str] | None = None) -> int:
 def _check_sandbox() -> None:
     """Warn once, loudly, when workers cannot be jailed; a usage error when KZ_SANDBOX=bwrap
     asks for a jail this machine cannot make."""
-    from kernelzero.eval.jail import JailError, isolation_for, warn_if_unisolated
+    from kernelzero.eval.sandbox.jail import JailError, isolation_for, warn_if_unisolated
     mode = os.environ.get("KZ_SANDBOX") or "auto"
     try:
         isolation_for(mode, "cpu")
     except (JailError, ValueError) as e:
         raise UsageError(f"KZ_SANDBOX={mode}: {e}") from None
-    from kernelzero.eval.sandbox import SandboxLimits
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits
     try:
         SandboxLimits()  # KZ_SANDBOX_OWN_UID is read here
     except ValueError as e:

@@ -4,9 +4,9 @@ allocation per output inside the lock's holds."""
 import pytest
 import torch
 
-from kernelzero.eval.cuda_ipc import ARENA_ALIGN, Arena, aligned, hold_arena, shared_bytes
-from kernelzero.eval.tensorio import TensorOut, decode
-from kernelzero.eval.worker import Worker
+from kernelzero.eval.transport.cuda_ipc import ARENA_ALIGN, Arena, aligned, hold_arena, shared_bytes
+from kernelzero.eval.transport.tensorio import TensorOut, decode
+from kernelzero.eval.worker.worker import Worker
 
 TASK = """import torch
 class Model(torch.nn.Module):
@@ -80,7 +80,7 @@ def test_no_arena_without_cuda_ipc_and_a_malformed_one_is_refused(tmp_path):
 @pytest.fixture
 def worker(tmp_path):
     """A real worker process on the GPU (CUDA IPC cannot open a handle in its own process)."""
-    from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker
     with SandboxWorker("cuda", SandboxLimits(), work_root=str(tmp_path), name="arena") as w:
         w.start()
         assert w.request({"op": "warm", "device": "cuda", "stages": ["context"]}, 120)["ok"]
@@ -115,7 +115,7 @@ def _handle(trial):
 
 @pytest.mark.gpu
 def test_a_premapped_arena_carries_every_trial_and_needs_no_mapping(worker):
-    from kernelzero.eval.cuda_ipc import SharedMappings
+    from kernelzero.eval.transport.cuda_ipc import SharedMappings
     _load(worker, ipc_arena=True)
     made = worker.request({"op": "arena", "bytes": 3 * aligned(OUT_BYTES)}, 120)
     assert made["ok"], made

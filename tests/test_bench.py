@@ -183,7 +183,7 @@ def test_bench_judges_through_the_ray_pool_and_verdicts_carry_over(tmp_path, mon
     """`--pool ray`: a private local Ray cluster judges; a local-pool run afterwards finds every
     verdict in the store (the same environment key whichever pool judged)."""
     pytest.importorskip("ray")
-    from kernelzero.eval.ray_pool import RayPool
+    from kernelzero.eval.pools.ray_pool import RayPool
 
     # No chdir here: Ray's workers import kernelzero from the driver's working directory when it
     # is not installed (a checkout), so the test runs from the repository root.

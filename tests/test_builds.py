@@ -9,8 +9,8 @@ import pytest
 from torch.utils import cpp_extension
 
 from kernelzero.eval import EvalConfig
-from kernelzero.eval.builds import (MANIFEST, BuildCache, _build_files, compile_jobs,
-                                    install_load_inline_cache)
+from kernelzero.eval.worker.builds import (MANIFEST, BuildCache, _build_files, compile_jobs,
+                                           install_load_inline_cache)
 
 
 @pytest.fixture

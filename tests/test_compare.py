@@ -6,7 +6,7 @@ import torch
 
 from kernelzero.eval.compare import compare_outputs
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.tensorio import TensorOut
+from kernelzero.eval.transport.tensorio import TensorOut
 
 TOL = EvalConfig().tolerance_for  # fp32 1e-4
 
@@ -71,7 +71,7 @@ def test_float64_and_complex_keep_their_precision():
 
 def test_shared_mappings_keep_one_storage_per_allocation():
     """One storage keeps an allocation mapped for the rest of a decode (cuda_ipc.SharedMappings)."""
-    from kernelzero.eval.cuda_ipc import SharedMappings
+    from kernelzero.eval.transport.cuda_ipc import SharedMappings
     m = SharedMappings()
     first, other = torch.UntypedStorage(1024), torch.UntypedStorage(64)
     m.keep("aa", first)

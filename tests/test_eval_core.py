@@ -284,7 +284,7 @@ def test_comparison_falls_back_to_host_copies_when_the_gpu_is_full(monkeypatch):
     import torch
 
     from kernelzero.eval import compare
-    from kernelzero.eval.tensorio import TensorOut
+    from kernelzero.eval.transport.tensorio import TensorOut
 
     real, calls = compare._compare_tensor, []
 
@@ -306,8 +306,8 @@ def test_comparison_falls_back_to_host_copies_when_the_gpu_is_full(monkeypatch):
 def test_a_cuda_ipc_handle_the_driver_refuses_is_said_to_be_maybe_the_judges_failure(monkeypatch):
     """A well-formed shared output the driver will not map (on an H200 the jail's uids did this
     to every KernelBench-sized output) must not read as the module's fault alone."""
-    from kernelzero.eval import cuda_ipc
-    from kernelzero.eval.tensorio import DecodeError, decode
+    from kernelzero.eval.transport import cuda_ipc
+    from kernelzero.eval.transport.tensorio import DecodeError, decode
 
     def refuse(*a, **k):
         raise RuntimeError("CUDA error: mapping of buffer object failed\nSearch for ...")

@@ -5,7 +5,7 @@ the figures."""
 import os
 
 from kernelzero.eval import EvalConfig, Evaluator
-from kernelzero.eval import memory_gate
+from kernelzero.eval.device import memory_gate
 from kernelzero.tasks import Candidate, Task
 
 EX = os.path.join(os.path.dirname(__file__), "..", "kernelzero", "examples")

@@ -12,7 +12,7 @@ import torch
 from kernelzero.eval import EvalConfig, Evaluator
 from kernelzero.eval.compare import compare_outputs
 from kernelzero.eval.config import TOLERANCES
-from kernelzero.eval.tensorio import TensorOut
+from kernelzero.eval.transport.tensorio import TensorOut
 from kernelzero.tasks import Candidate, Task
 
 STRICT = EvalConfig().tolerance_for

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from kernelzero.eval import EvalConfig
-from kernelzero.eval.footprint import Footprint, measure
-from kernelzero.eval.memory_plan import MemoryPlan
+from kernelzero.eval.device.footprint import Footprint, measure
+from kernelzero.eval.device.memory_plan import MemoryPlan
 
 GiB = 2 ** 30
 

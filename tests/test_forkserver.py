@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied
+from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker, WorkerDied
 
 FACTS = '''
 import json, os, tempfile
@@ -67,7 +67,7 @@ def test_a_released_worker_is_killed_at_once_and_reaped_in_the_background(tmp_pa
     """What a judgement does with its worker (`with w.released():`): the verdict does not wait
     for the process to exit (on CUDA, its context's teardown), but it is killed right away and
     `reap_pending` (Evaluator.close) waits until it is gone and its temp dir removed."""
-    from kernelzero.eval.sandbox import reap_pending
+    from kernelzero.eval.sandbox.sandbox import reap_pending
     w = _worker(tmp_path)
     w.start()
     pid, folder = w.proc.pid, w.dir
@@ -110,7 +110,7 @@ def test_closing_a_worker_waits_until_its_last_process_is_gone(tmp_path):
     import subprocess
     import sys
 
-    from kernelzero.eval.process_tree import alive, process_tree
+    from kernelzero.eval.sandbox.process_tree import alive, process_tree
     top = subprocess.Popen([sys.executable, "-c", LINGERING], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, start_new_session=True)
     assert top.stdout.readline().strip() == b"ready"
@@ -155,7 +155,7 @@ def test_workers_get_their_own_network_namespace(tmp_path, method):
 
 
 def _can_unshare_network(mine: str) -> bool:
-    from kernelzero.eval.sandbox import isolate_network
+    from kernelzero.eval.worker.network import isolate_network
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child tries, reports, and leaves

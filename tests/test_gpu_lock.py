@@ -7,7 +7,7 @@ import threading
 import time
 import uuid
 
-from kernelzero.eval.gpu_lock import GpuLock
+from kernelzero.eval.device.gpu_lock import GpuLock
 
 
 def _name() -> str:
@@ -107,7 +107,7 @@ def test_shared_acquirers_that_waited_run_side_by_side():
 
 def test_exclusive_held_by_another_process_blocks_shared():
     name = _name()
-    code = ("import sys, time; from kernelzero.eval.gpu_lock import GpuLock\n"
+    code = ("import sys, time; from kernelzero.eval.device.gpu_lock import GpuLock\n"
             f"with GpuLock(name={name!r}):\n"
             "    print('held', flush=True); time.sleep(1.0)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -123,7 +123,7 @@ def test_exclusive_held_by_another_process_blocks_shared():
 
 def test_lock_released_when_holder_dies():
     name = _name()
-    code = ("import os, time; from kernelzero.eval.gpu_lock import GpuLock\n"
+    code = ("import os, time; from kernelzero.eval.device.gpu_lock import GpuLock\n"
             f"l = GpuLock(name={name!r}); l.__enter__(); print('held', flush=True); time.sleep(60)\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "held"

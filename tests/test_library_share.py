@@ -1,5 +1,5 @@
 """The strict policy's runtime evidence: which GPU kernel names are vendor-library compute."""
-from kernelzero.eval.library_share import library_share
+from kernelzero.eval.worker.library_share import library_share
 
 LIBRARY = ["sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1",
            "ampere_sgemm_128x64_nn", "nvjet_tst_128x64_64x8_1x2_h_bz_NNT", "gemv2T_kernel_val",
@@ -38,7 +38,8 @@ def test_the_library_check_runs_after_the_verdict_and_can_reject_it(monkeypatch)
     above the limit turns it into `rejected` (`library_compute`)."""
     import os
 
-    from kernelzero.eval import EvalConfig, Evaluator, library_share as ls
+    from kernelzero.eval import EvalConfig, Evaluator
+    from kernelzero.eval.worker import library_share as ls
     from kernelzero.eval.judgement import CandidateJudgement
     from kernelzero.tasks import Candidate, Task
 

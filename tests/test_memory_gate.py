@@ -1,13 +1,13 @@
-"""MemoryGate (kernelzero/eval/memory_gate.py): judgements and reference runs admitted while their
-footprints fit the budget, and a judgement that ran out of memory judged again alone, so its
-verdict does not blame the candidate (or the task) for its neighbours."""
+"""MemoryGate (kernelzero/eval/device/memory_gate.py): judgements and reference runs admitted
+while their footprints fit the budget, and a judgement that ran out of memory judged again alone,
+so its verdict does not blame the candidate (or the task) for its neighbours."""
 import contextvars
 import os
 import threading
 import time
 
 from kernelzero.eval import EvalConfig, Evaluator
-from kernelzero.eval.memory_gate import MemoryGate, out_of_memory
+from kernelzero.eval.device.memory_gate import MemoryGate, out_of_memory
 from kernelzero.tasks import Candidate, Task
 
 EX = os.path.join(os.path.dirname(__file__), "..", "kernelzero", "examples")

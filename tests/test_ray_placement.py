@@ -1,4 +1,4 @@
-"""The Ray pool's placement policy (kernelzero.eval.ray_placement), without Ray.
+"""The Ray pool's placement policy (kernelzero.eval.pools.ray_placement), without Ray.
 
 - one job: a holder of its task with a free slot, else the actor with the most free slots;
   ties to the lowest id; None when every actor is full;
@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from kernelzero.eval.ray_placement import TaskAffinity, choose, most_free
+from kernelzero.eval.pools.ray_placement import TaskAffinity, choose, most_free
 
 
 def test_most_free_ties_go_to_the_lowest_id_and_full_actors_are_skipped():

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kernelzero.eval import EvalConfig
-from kernelzero.eval.worker import Worker
+from kernelzero.eval.worker.worker import Worker
 
 TASK = """import torch
 class Model(torch.nn.Module):
@@ -101,7 +101,7 @@ def test_shared_outputs_get_allocations_of_their_own(tmp_path, ipc_pool):
 def test_outputs_under_ipc_min_bytes_go_through_host_memory(tmp_path, min_bytes):
     """EvalConfig.ipc_min_bytes: an 8 MiB output is shared over CUDA IPC above the threshold and
     written to host memory, with the right values, under it."""
-    from kernelzero.eval.tensorio import decode
+    from kernelzero.eval.transport.tensorio import decode
     torch.cuda.init()
     torch.zeros(1, device="cuda")
     w, reply = _load(tmp_path, "cuda", transfer="ipc", ipc_pool=True, ipc_min_bytes=min_bytes)

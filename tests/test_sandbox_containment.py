@@ -42,7 +42,7 @@ STORE_FILES = {"kernelzero.db", "kernelzero.db-wal", "kernelzero.db-shm"}
 
 
 def _jail_available() -> bool:
-    from kernelzero.eval.jail import isolation_for
+    from kernelzero.eval.sandbox.jail import isolation_for
     return isolation_for("auto", DEVICE).jailed
 
 

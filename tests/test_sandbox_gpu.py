@@ -51,7 +51,7 @@ def get_init_inputs():
 
 def _judge(limits_kw: dict, size: str):
     from kernelzero.eval import EvalConfig, Evaluator
-    from kernelzero.eval.sandbox import SandboxLimits
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits
     from kernelzero.tasks import Candidate, Task
     if size == "small":  # one worker at a time
         legit = next(f for f in LEGIT if f.name == "relu_masked_tail")
@@ -77,7 +77,7 @@ def _judge(limits_kw: dict, size: str):
         strict=False)),
     "none"])
 def test_cuda_ipc_reaches_the_judge_from_a_jailed_worker(variant, size):
-    from kernelzero.eval.jail import isolation_for
+    from kernelzero.eval.sandbox.jail import isolation_for
     if variant != "none" and not isolation_for("auto", "cuda").jailed:
         pytest.fail("no jail can be made on this GPU machine (bubblewrap missing?)")
     if variant == "pidns":  # what a judge on cuda gets by default
@@ -97,7 +97,7 @@ def test_cuda_initialises_in_a_jailed_worker(tmp_path):
     """The first thing to fail if the jail hides something the driver needs: one allocation."""
     import json
 
-    from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker
     with SandboxWorker("cuda", SandboxLimits(isolation="bwrap"), work_root=str(tmp_path)) as w:
         w.start()
         path = os.path.join(w.dir, "cuda_probe.py")
@@ -116,7 +116,8 @@ def test_cuda_initialises_in_a_jailed_worker(tmp_path):
 
 def test_gpu_device_nodes_and_tools_for_the_jail():
     """What the jail needs on this machine, in one place (bench/sandbox_gpu.sh prints it)."""
-    from kernelzero.eval.jail import device_groups, probe, setpriv_path
+    from kernelzero.eval.sandbox.jail import device_groups, probe
+    from kernelzero.eval.sandbox.worker_uids import setpriv_path
     nodes = {n: stat.filemode(os.stat(n).st_mode) for n in sorted(glob.glob("/dev/nvidia*"))}
     print("device nodes:", nodes, "groups for workers:", device_groups("cuda"))
     print("bwrap:", probe(), "setpriv:", setpriv_path(), "root:", os.geteuid() == 0)

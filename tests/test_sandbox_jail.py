@@ -1,5 +1,6 @@
-"""The jail around sandbox workers (kernelzero/eval/jail.py, worker_uids.py), one property a test:
-what a jailed worker can see and touch, that nothing it starts outlives it, how it degrades.
+"""The jail around sandbox workers (kernelzero/eval/sandbox/jail.py, worker_uids.py), one
+property a test: what a jailed worker can see and touch, that nothing it starts outlives it, how
+it degrades.
 
 Each test runs code inside a real worker by having it import a module (the `load` command), for
 both ways of starting one (spawn: a bwrap jail each; fork: children of a jailed fork server).
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from kernelzero.eval import jail
-from kernelzero.eval.sandbox import PACKAGE_ROOT, SandboxLimits, SandboxWorker, WorkerDied
-from kernelzero.eval.worker_uids import UID_BASE, UID_SLOTS, WorkerUid
+from kernelzero.eval.sandbox import jail
+from kernelzero.eval.sandbox.sandbox import PACKAGE_ROOT, SandboxLimits, SandboxWorker, WorkerDied
+from kernelzero.eval.sandbox.worker_uids import UID_BASE, UID_SLOTS, WorkerUid
 
 METHODS = ["spawn", "fork"]
 
@@ -153,7 +154,7 @@ def test_no_isolation_is_reported_and_warned_about_once(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert err.count("WARNING: kernelzero does not jail") == 1 and "switched off" in err
     assert not jail.warn_if_unisolated("none")  # once per process
-    from kernelzero.eval.sandbox import sandbox_report
+    from kernelzero.eval.sandbox.sandbox import sandbox_report
     assert sandbox_report(limits, "cpu")["isolation"] == "none"
 
 
@@ -163,7 +164,7 @@ def test_a_required_jail_that_cannot_be_made_fails_every_worker(tmp_path, monkey
         SandboxWorker("cpu", SandboxLimits(isolation="bwrap"), work_root=str(tmp_path))
     auto = jail.isolation_for("auto", "cpu")
     assert auto.kind == "none" and "not installed" in auto.reason
-    from kernelzero.eval.sandbox import sandbox_report
+    from kernelzero.eval.sandbox.sandbox import sandbox_report
     assert sandbox_report(SandboxLimits(isolation="bwrap"), "cpu")["isolation"] == "unavailable"
 
 
@@ -227,7 +228,7 @@ def test_worker_uids_are_held_until_released():
 
 
 def jail_lock_dir() -> str:
-    from kernelzero.eval.worker_uids import _lock_dir
+    from kernelzero.eval.sandbox.worker_uids import _lock_dir
     return _lock_dir()
 
 
@@ -240,7 +241,7 @@ def _root_for_uids(request):
 def test_the_judge_reads_no_file_through_a_link_or_fifo_the_worker_made(tmp_path):
     """A worker that replaces its log or an output file with a link to a file of the judge's
     (a verdict key, a password file) or with a FIFO gets nothing back and blocks nothing."""
-    from kernelzero.eval.tensorio import DecodeError, decode
+    from kernelzero.eval.transport.tensorio import DecodeError, decode
     secret = tmp_path / "judge_secret.txt"
     secret.write_text("judge-only secret")
     w = SandboxWorker("cpu", SandboxLimits(isolation="none"), work_root=str(tmp_path), name="l")
@@ -264,7 +265,7 @@ def test_the_judge_reads_no_file_through_a_link_or_fifo_the_worker_made(tmp_path
 
 
 def test_uid_usage_counts_a_uids_live_processes():
-    from kernelzero.eval.process_tree import uid_usage
+    from kernelzero.eval.sandbox.process_tree import uid_usage
     n, rss = uid_usage(os.getuid())
     assert n >= 1 and rss > 0  # this process at least
     assert uid_usage(UID_BASE + UID_SLOTS + 12345) == (0, 0)

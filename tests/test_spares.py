@@ -15,8 +15,8 @@ class _FakeWorker:
 
 
 def _pool(size, start_s=0.0):
-    from kernelzero.eval.sandbox import SandboxLimits
-    from kernelzero.eval.spares import SparePool
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits
+    from kernelzero.eval.sandbox.spares import SparePool
 
     class CountingPool(SparePool):
         started = 0
@@ -88,8 +88,8 @@ def test_a_taker_starts_its_own_when_no_start_is_under_way():
 
 
 def test_a_failed_start_under_way_does_not_leave_a_taker_waiting():
-    from kernelzero.eval.sandbox import SandboxLimits, WorkerDied
-    from kernelzero.eval.spares import SparePool
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits, WorkerDied
+    from kernelzero.eval.sandbox.spares import SparePool
 
     class FirstStartFails(SparePool):
         calls = 0
@@ -130,9 +130,9 @@ def test_overlapping_batches_add_up_and_the_pool_refills_after_the_last():
 
 
 def test_spare_reserve_is_validated_and_sent_with_every_gpu_warm_stage(monkeypatch):
-    from kernelzero.eval import spares
+    from kernelzero.eval.sandbox import spares
     from kernelzero.eval.config import EvalConfig
-    from kernelzero.eval.sandbox import SandboxLimits
+    from kernelzero.eval.sandbox.sandbox import SandboxLimits
     with pytest.raises(ValueError, match="spare_reserve_mb"):
         EvalConfig(spare_reserve_mb=-1)
     sent = []

@@ -1,5 +1,5 @@
-"""The worker's timing loop (kernelzero/eval/timer.py) on the CPU, against a simulated GPU that
-runs queued work in order on its own clock: the pipelined loop (the host queues ahead, the GPU
+"""The worker's timing loop (kernelzero/eval/worker/timer.py) on the CPU, against a simulated GPU
+that runs queued work in order on its own clock: the pipelined loop (the host queues ahead, the GPU
 never waits for it between covered calls), fresh inputs at the last call's addresses, the
 checked outputs, launch-bound calls and the spin that covers them, and work left running after
 the call being caught after a sampled device-wide synchronize (`work_after_stream`)."""
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kernelzero.eval.timer import spread_ok, time_calls
+from kernelzero.eval.worker.timer import spread_ok, time_calls
 
 CYCLES_PER_MS = 1_000_000
 
@@ -238,7 +238,7 @@ def test_the_host_sleeps_through_most_of_a_long_synchronised_call():
     """A 4 ms call: before each synchronize (but the first, when no call time is known yet) the
     host sleeps until the call starts, then for all but SPIN_MS of it, and spins the rest; the
     gaps stay clean and no sleep overshoots the call's end."""
-    from kernelzero.eval.timer import SPIN_MS
+    from kernelzero.eval.worker.timer import SPIN_MS
     gpu, written = SimGPU(), []
     cmd = {**CMD, "warmup_ms": 0.0, "sync_every": 2, "checked": [], "min_trials": 20, "max_trials": 20}
     reply = time_calls(_worker(gpu, Kernel(gpu, 4.0), written), cmd)
@@ -266,7 +266,7 @@ def test_work_after_the_call_is_caught_on_a_busy_host_too():
 def test_synchronizes_come_more_often_once_one_was_disturbed():
     """One synchronize in 8, but two in three disturbed: the loop synchronises more often, so
     MIN_SYNCED clean ones are in before its 100 calls end, and it is judged on them."""
-    from kernelzero.eval.timer import MIN_SYNCED
+    from kernelzero.eval.worker.timer import MIN_SYNCED
     gpu, written = SimGPU(off_cpu_ms=lambda n: 0.5 if n % 3 else 0.0), []
     cmd = {**CMD, "seeds": list(range(100)), "warmup_ms": 0.0, "checked": [],
            "min_trials": 100, "max_trials": 100}
@@ -316,7 +316,7 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
 def test_the_late_margin_covers_host_noise_but_not_real_work():
     """Gaps 0.03-0.04 ms beyond the calibrated latency came from honest loops on a loaded H200
     host; work left behind for 0.1 ms (or 5% of a long call) still counts as late."""
-    from kernelzero.eval.timer import _late
+    from kernelzero.eval.worker.timer import _late
     fast = [0.2] * 12
     assert not _late([0.008 + 0.04] * 12, fast, 0.008)
     assert _late([0.008 + 0.1] * 12, fast, 0.008)
@@ -355,7 +355,7 @@ def test_the_run_queue_delay_is_read_for_the_calling_thread_or_taken_as_zero(mon
     cannot be read, so every synchronize counts as undisturbed and every gap is judged."""
     import os
 
-    from kernelzero.eval.timer import run_delay_reader
+    from kernelzero.eval.worker.timer import run_delay_reader
     read = run_delay_reader()
     first = read()
     sum(range(200_000))

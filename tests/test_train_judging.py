@@ -71,7 +71,7 @@ def test_reward_service_gives_training_the_local_pools_verdicts(local_verdicts, 
 
 def test_ray_pool_gives_training_the_local_pools_verdicts(local_verdicts):
     ray = pytest.importorskip("ray")
-    from kernelzero.eval.ray_pool import RayPool
+    from kernelzero.eval.pools.ray_pool import RayPool
 
     if ray.is_initialized():
         ray.shutdown()

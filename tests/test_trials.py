@@ -3,9 +3,9 @@ trial number across requests, the poke trial, and the chunked checksum and mutat
 import pytest
 import torch
 
-from kernelzero.eval import trials as trials_mod
+from kernelzero.eval.worker import trials as trials_mod
 from kernelzero.eval.schedule import make_schedule
-from kernelzero.eval.worker import Worker
+from kernelzero.eval.worker.worker import Worker
 
 TASK = """import torch
 SEEN = []

@@ -5,7 +5,7 @@ import sys
 
 import torch
 
-from kernelzero.eval.worker import Worker
+from kernelzero.eval.worker.worker import Worker
 
 TASK = """import torch
 class Model(torch.nn.Module):

@@ -2,6 +2,18 @@
 
 Public API (everything above `eval` talks to it through these names only):
     EvalConfig, Verdict, Timing, STATUSES, Evaluator
+
+Layout. The judge is the modules here: evaluator.py (the pipeline), judgement.py, reference.py,
+reference_cache.py, schedule.py, compare.py, rulings.py, plausibility.py, policy.py, audit.py,
+environment.py, with the types every part uses (config.py, verdict.py). Below them, one concept
+per subpackage:
+    sandbox/    starting, jailing and ending worker processes (the judge's side)
+    worker/     the program inside a worker process: load, trials, timing, builds
+    transport/  outputs from a worker to the judge, checked, without pickle
+    device/     memory footprints, admission and reserve; the GPU lock
+    pools/      where judging runs: this process (the Evaluator) or Ray actors
+Imports go downward: pools -> the judge -> sandbox -> worker -> device, transport (and any of
+them -> config, verdict).
 """
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.verdict import STATUSES, Timing, Verdict

@@ -41,7 +41,7 @@ from types import SimpleNamespace
 import torch
 
 from kernelzero.eval.compare import compare_outputs
-from kernelzero.eval.tensorio import TensorOut
+from kernelzero.eval.transport.tensorio import TensorOut
 from kernelzero.tasks.task import Task, parse_python
 
 CODES = ("probe_failed", "non_finite", "nondeterministic", "zeros", "constant", "identity",

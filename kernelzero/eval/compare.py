@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelzero.eval.tensorio import OtherOut, TensorOut
+from kernelzero.eval.transport.tensorio import OtherOut, TensorOut
 
 
 @dataclass

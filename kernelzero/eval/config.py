@@ -93,7 +93,7 @@ class EvalConfig:
         inside the lock's holds (the timed calls' re-checked outputs included); a reference's
         is made at its first output. Outputs that do not fit get allocations of their own.
     start_method: how worker processes start: `spawn` (a fresh `python -I` each), `fork` (forked
-        from a fork server that imported torch once; see kernelzero/eval/forkserver.py), or
+        from a fork server that imported torch once; see kernelzero/eval/sandbox/forkserver.py), or
         `auto`: fork on the CPU, spawn on cuda (fork is not yet measured on a GPU).
     seed: the secret seed of the input schedule; None draws one from os.urandom per evaluator.
     """

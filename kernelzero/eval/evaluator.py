@@ -27,24 +27,24 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kernelzero.eval.builds import BuildCache
+from kernelzero.eval.worker.builds import BuildCache
 from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.cuda_ipc import SharedMappings
+from kernelzero.eval.transport.cuda_ipc import SharedMappings
 from kernelzero.eval.environment import probe_gpu_name
-from kernelzero.eval.footprint import gib
-from kernelzero.eval.memory_gate import out_of_memory
-from kernelzero.eval.memory_plan import MemoryPlan
+from kernelzero.eval.device.footprint import gib
+from kernelzero.eval.device.memory_gate import out_of_memory
+from kernelzero.eval.device.memory_plan import MemoryPlan
 from kernelzero.eval.judgement import CandidateJudgement, _loading_reason
 from kernelzero.eval.reference import (WAIT_EXIT_BYTES, ReferenceRun, StreamedReference,
                                        run_reference)
 from kernelzero.eval.reference_cache import ReferenceCache
 from kernelzero.eval.rulings import worker_status
-from kernelzero.eval.sandbox import (SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout,
-                                    reap_pending)
-from kernelzero.eval.spares import SparePool
+from kernelzero.eval.sandbox.sandbox import (SandboxLimits, SandboxWorker, WorkerDied,
+                                             WorkerTimeout, reap_pending)
+from kernelzero.eval.sandbox.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
-from kernelzero.eval.tensorio import DecodeError, TensorOut
+from kernelzero.eval.transport.tensorio import DecodeError, TensorOut
 from kernelzero.eval.verdict import Timing, Verdict
 from kernelzero.tasks.task import (Candidate, Task, static_check_candidate, static_check_task)
 

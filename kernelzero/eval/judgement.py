@@ -17,14 +17,14 @@ from __future__ import annotations
 import time
 
 from kernelzero.eval.compare import compare_many
-from kernelzero.eval.cuda_ipc import SharedMappings, hold_arena, shared_bytes
-from kernelzero.eval.gpu_lock import gpu_lock_for
+from kernelzero.eval.transport.cuda_ipc import SharedMappings, hold_arena, shared_bytes
+from kernelzero.eval.device.gpu_lock import gpu_lock_for
 from kernelzero.eval.reference import (ReferenceFailed, ReferenceRun, StreamedReference,
                                        decode_trials, reserve, time_settled, worker_breakdown)
 from kernelzero.eval.rulings import check_trials, correct_verdict, timed_verdict, worker_status
-from kernelzero.eval.sandbox import SandboxWorker
+from kernelzero.eval.sandbox.sandbox import SandboxWorker
 from kernelzero.eval.schedule import Trial
-from kernelzero.eval.tensorio import decode
+from kernelzero.eval.transport.tensorio import decode
 from kernelzero.eval.verdict import Verdict
 
 
@@ -238,7 +238,7 @@ class CandidateJudgement:
         """Strict policy, runtime evidence: the share of one profiled call's GPU time spent in
         vendor-library kernels. Asked for after the timing, so that nothing the profiler
         leaves in the worker can slow the timed calls."""
-        from kernelzero.eval.library_share import library_share
+        from kernelzero.eval.worker.library_share import library_share
 
         first = next(iter(self.ref.trials))  # the first correctness trial's inputs
         reply = self.w.request({"op": "profile", **first.as_dict()}, self.cfg.run_timeout_s)

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.cuda_ipc import SharedMappings
-from kernelzero.eval.footprint import Footprint
-from kernelzero.eval.gpu_lock import gpu_lock_for
-from kernelzero.eval.memory_plan import MemoryPlan
-from kernelzero.eval.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.transport.cuda_ipc import SharedMappings
+from kernelzero.eval.device.footprint import Footprint
+from kernelzero.eval.device.gpu_lock import gpu_lock_for
+from kernelzero.eval.device.memory_plan import MemoryPlan
+from kernelzero.eval.sandbox.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.schedule import Schedule, Trial
-from kernelzero.eval.tensorio import DecodeError, TensorOut, decode
+from kernelzero.eval.transport.tensorio import DecodeError, TensorOut, decode
 from kernelzero.eval.verdict import Timing
 
 

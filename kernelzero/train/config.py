@@ -203,7 +203,7 @@ class RewardConfig:
     the same evaluator settings.
 
     pool: `local` (an Evaluator in this process, sandboxed workers on this machine) or `ray`
-        (kernelzero.eval.ray_pool.RayPool: one judge per GPU on every node of a Ray cluster).
+        (kernelzero.eval.pools.ray_pool.RayPool: one judge per GPU on every node of a Ray cluster).
     ray_address: the Ray cluster to join with pool=ray: None starts a private one on this machine
         (or joins $RAY_ADDRESS), `auto` joins the one `ray start` began here, `HOST:PORT` that head.
         With several training processes each opens its own pool; prefer `url` then.

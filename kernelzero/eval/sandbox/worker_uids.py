@@ -10,7 +10,8 @@ created.
 Uids come from [UID_BASE, UID_BASE + UID_SLOTS), numbers no account uses; a uid is held by an
 flock on a file in a root-only folder for as long as its worker lives, so that judges running
 side by side on one machine never hand out the same one (a judge that dies lets go of its locks
-with its file descriptors).
+with its file descriptors). A worker becomes its uid through setpriv (`drop_to_uid`), with no
+capabilities left.
 """
 from __future__ import annotations
 
@@ -24,6 +25,19 @@ import tempfile
 UID_BASE = 1_600_000_000
 UID_SLOTS = 1 << 16
 LOCK_DIRS = ("/run/lock", "/dev/shm", tempfile.gettempdir())
+
+
+def setpriv_path() -> str | None:
+    return shutil.which("setpriv") or ("/usr/bin/setpriv" if os.access("/usr/bin/setpriv",
+                                                                       os.X_OK) else None)
+
+
+def drop_to_uid(uid: int, groups: list[int] = ()) -> list[str]:
+    """The setpriv command (up to its `--`) that becomes `uid` (in `groups` only) with no
+    capabilities left."""
+    grouping = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+    return [setpriv_path(), f"--reuid={uid}", f"--regid={uid}", grouping,
+            "--inh-caps=-all", "--bounding-set=-all", "--"]
 
 
 class NoWorkerUid(OSError):
@@ -68,7 +82,6 @@ class WorkerUid:
     def kill_all(self) -> None:
         """SIGKILL every process of this uid, as this uid (`kill -9 -- -1`: util-linux or procps,
         a program the uid can run, unlike an interpreter under root's home), and wait for it."""
-        from kernelzero.eval.jail import drop_to_uid
         try:
             subprocess.run([*drop_to_uid(self.uid), shutil.which("kill") or "/bin/kill", "-9", "--",
                             "-1"],

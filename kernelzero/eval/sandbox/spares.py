@@ -13,9 +13,9 @@ import threading
 import time
 import weakref
 
-from kernelzero.eval.gpu_lock import gpu_lock_for
-from kernelzero.eval.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
-from kernelzero.eval.worker import GPU_WARM_STAGES
+from kernelzero.eval.device.gpu_lock import gpu_lock_for
+from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.worker.worker import GPU_WARM_STAGES
 
 
 class SparePool:

@@ -28,14 +28,14 @@ import time
 import traceback
 
 # Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
-from kernelzero.eval.builds import install_load_inline_cache, mentions
-from kernelzero.eval.failures import classify, one_line
-from kernelzero.eval.library_share import KernelProfile
-from kernelzero.eval.footprint import measure, warm_fake_mode
-from kernelzero.eval.reserve import hand_to_allocator
-from kernelzero.eval.timer import capture_primitives, l2_reset_function, time_calls
-from kernelzero.eval.trials import run_trials
-from kernelzero.eval.warm_libraries import warm_cuda_libraries
+from kernelzero.eval.worker.builds import install_load_inline_cache, mentions
+from kernelzero.eval.worker.failures import classify, one_line
+from kernelzero.eval.worker.library_share import KernelProfile
+from kernelzero.eval.device.footprint import measure, warm_fake_mode
+from kernelzero.eval.device.reserve import hand_to_allocator
+from kernelzero.eval.worker.timer import capture_primitives, l2_reset_function, time_calls
+from kernelzero.eval.worker.trials import run_trials
+from kernelzero.eval.worker.warm_libraries import warm_cuda_libraries
 
 _REPLY = None  # file object on the private reply fd
 
@@ -135,7 +135,7 @@ class Worker:
         """Each input tensor's checksum (the sum of |x| in float64) times its position, as 0-d
         tensors still on the device: read later, in one transfer with the mutation check (their
         sum is the trial's `input_digest`). Summed in chunks: no scratch the size of an input."""
-        from kernelzero.eval.trials import abs_sum
+        from kernelzero.eval.worker.trials import abs_sum
         return [abs_sum(self.torch, x.detach()) * (i + 1) for i, x in enumerate(inputs)
                 if isinstance(x, self.torch.Tensor) and x.numel()]
 
@@ -338,7 +338,7 @@ class Worker:
     def arena(self, cmd: dict) -> dict:
         """Allocate the arena (cuda_ipc.Arena) of `bytes` and share it: the judge maps it now,
         outside its GPU lock, and later outputs copied into it need no mapping there."""
-        from kernelzero.eval.cuda_ipc import Arena, share
+        from kernelzero.eval.transport.cuda_ipc import Arena, share
         if self.transfer != "ipc" or not self._cuda_ready():
             return {"ok": False, "reason": "outputs are not shared over CUDA IPC here"}
         self._ensure_pool()
@@ -349,7 +349,7 @@ class Worker:
         return {"ok": True, "ipc": share(self._arena.buf)}
 
     def _ensure_pool(self) -> None:
-        from kernelzero.eval.cuda_ipc import output_pool
+        from kernelzero.eval.transport.cuda_ipc import output_pool
         if self._pool_wanted and self._share_pool is None:  # EvalConfig.ipc_output_pool
             self._pool_wanted, self._share_pool = False, output_pool(self.torch)
 
@@ -357,8 +357,8 @@ class Worker:
         """Encode `obj` into the file `name` (tensorio.encode). `sizes_arena`: a trial's outputs,
         which size the arena when it is still to be made (a reference's: `_arena_slots` times
         what they share)."""
-        from kernelzero.eval.cuda_ipc import Arena, Sharing, shared_bytes
-        from kernelzero.eval.tensorio import encode
+        from kernelzero.eval.transport.cuda_ipc import Arena, Sharing, shared_bytes
+        from kernelzero.eval.transport.tensorio import encode
         if self.transfer == "ipc":
             self._ensure_pool()
         if sizes_arena and self._arena_wanted and self.transfer == "ipc":
@@ -433,7 +433,7 @@ class Worker:
         return out, sorted(ops)
 
     def time(self, cmd: dict) -> dict:
-        """Time forward calls (kernelzero/eval/timer.py: `time_calls`)."""
+        """Time forward calls (kernelzero/eval/worker/timer.py: `time_calls`)."""
         try:
             return time_calls(self, cmd)
         except BaseException as e:  # noqa: BLE001
@@ -466,8 +466,8 @@ def _set_limits(cfg: dict) -> None:
 
 def main() -> None:
     global _REPLY
-    if os.environ.pop("KZ_NO_NETWORK", ""):  # before anything else loads (see sandbox.py)
-        from kernelzero.eval.sandbox import isolate_network
+    if os.environ.pop("KZ_NO_NETWORK", ""):  # before anything else loads (see network.py)
+        from kernelzero.eval.worker.network import isolate_network
         isolate_network()
     # The reply channel is a private duplicate of stdout; fd 1 and 2 then go to the log file so
     # that nothing the candidate prints can reach the judge as a reply.

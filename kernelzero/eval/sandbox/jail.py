@@ -36,6 +36,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from kernelzero.eval.sandbox.worker_uids import UID_BASE, UID_SLOTS, setpriv_path
+
 MODES = ("auto", "bwrap", "none")
 SYSTEM_DIRS = ("/usr", "/etc", "/sys")
 TOP_LEVEL_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -93,11 +95,6 @@ def probe() -> tuple[str | None, str]:
     return exe, ""
 
 
-def setpriv_path() -> str | None:
-    return shutil.which("setpriv") or ("/usr/bin/setpriv" if os.access("/usr/bin/setpriv",
-                                                                       os.X_OK) else None)
-
-
 def isolation_for(mode: str, device: str, pid_namespace: bool | None = None,
                   own_uid: bool | None = None) -> Isolation:
     """The isolation a worker gets under `mode` (auto|bwrap|none) on `device`; raises JailError
@@ -130,7 +127,6 @@ def isolation_for(mode: str, device: str, pid_namespace: bool | None = None,
 def _worker_uids_mapped() -> bool:
     """Whether this user namespace has the worker uids (a container's root may map only a few
     thousand uids: its workers then get a PID namespace instead)."""
-    from kernelzero.eval.worker_uids import UID_BASE, UID_SLOTS
     try:
         with open("/proc/self/uid_map") as f:
             ranges = [tuple(map(int, line.split())) for line in f if line.strip()]
@@ -352,11 +348,3 @@ def device_groups(device: str) -> list[int]:
         if st.st_mode & 0o006 != 0o006 and st.st_mode & 0o060 == 0o060:
             gids.add(st.st_gid)
     return sorted(gids)
-
-
-def drop_to_uid(uid: int, groups: list[int] = ()) -> list[str]:
-    """The setpriv command (up to its `--`) that becomes `uid` (in `groups` only) with no
-    capabilities left."""
-    grouping = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
-    return [setpriv_path(), f"--reuid={uid}", f"--regid={uid}", grouping,
-            "--inh-caps=-all", "--bounding-set=-all", "--"]

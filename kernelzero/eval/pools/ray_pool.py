@@ -20,15 +20,15 @@ How the work is placed:
   keeping (reference outputs and timings, started spare workers, CUDA IPC handles opened in the
   judge process, which ties that process to one GPU for its life).
 - On CPU: one actor per node (`actors` overrides), judging `max_workers` candidates at once.
-- Task affinity (`kernelzero.eval.ray_placement`): an actor caches the reference of each task it
-  judges, so a free slot takes the first queued candidate of a task its actor was given, else the
+- Task affinity (`kernelzero.eval.pools.ray_placement`): an actor caches the reference of each task
+  it judges, so a free slot takes the first queued candidate of a task its actor was given, else the
   first of a task no actor holds, else the queue's head; these two go to the actor with the most
-  free slots (first candidates spread over the actors). No slot idles waiting for an affine
-  actor; a dropped actor's tasks are forgotten. Nodes that join get actors within `rescan_s`.
+  free slots (first candidates spread over the actors). No slot idles waiting for an affine actor; a
+  dropped actor's tasks are forgotten. Nodes that join get actors within `rescan_s`.
 - Batch hint: actors get one candidate at a time, so `judge_many` tells each ready actor's spare
   pool how many workers to expect (its share of candidates + distinct tasks, see
-  `kernelzero.eval.ray_hints`), as the local `Evaluator.judge_many` does, so that no actor keeps
-  starting spares (a CUDA context and CPU each) that nobody takes while the batch runs.
+  `kernelzero.eval.pools.ray_hints`), as the local `Evaluator.judge_many` does, so that no actor
+  keeps starting spares (a CUDA context and CPU each) that nobody takes while the batch runs.
 
 Failure rules (nothing lost, nothing delivered twice):
 - An actor whose process or node dies: the candidates it held are handed to other actors (a
@@ -56,8 +56,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.ray_hints import HINT_GROUP, BatchHints
-from kernelzero.eval.ray_placement import TaskAffinity, choose
+from kernelzero.eval.pools.ray_hints import HINT_GROUP, BatchHints
+from kernelzero.eval.pools.ray_placement import TaskAffinity, choose
 from kernelzero.eval.verdict import Verdict
 
 INSTALL_HINT = ("the Ray pool needs Ray: pip install 'kernelzero[ray]' (or pip install "
@@ -146,7 +146,7 @@ class RayPoolError(RuntimeError):
 
 def default_evaluator_factory(cfg: EvalConfig):
     from kernelzero.eval import Evaluator
-    from kernelzero.eval.pools import warm_up_in_background
+    from kernelzero.eval.pools.warm_up import warm_up_in_background
     ev = Evaluator(cfg)
     warm_up_in_background(ev)
     return ev

@@ -26,11 +26,11 @@ from __future__ import annotations
 import time
 import traceback
 
-from kernelzero.eval.failures import classify, one_line
+from kernelzero.eval.device.footprint import COPY_MAX_BYTES  # inputs never held twice above it
+from kernelzero.eval.worker.failures import classify, one_line
 
 CHUNK = 1 << 24          # elements per chunk of the checksum and the mutation check
 POKE_ELEMENTS = 8        # elements of each input tensor a poke changes
-COPY_MAX_BYTES = 1 << 30  # inputs larger than this are never held twice (see run_trials)
 
 
 def run_trials(worker, cmd: dict, results: list) -> dict:

@@ -12,8 +12,8 @@ trials are run to stay within it (EvalConfig's memory knobs; figures from footpr
 from __future__ import annotations
 
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.footprint import Footprint, gib
-from kernelzero.eval.memory_gate import Grant, MemoryGate
+from kernelzero.eval.device.footprint import Footprint, gib
+from kernelzero.eval.device.memory_gate import Grant, MemoryGate
 
 MiB = 2 ** 20
 

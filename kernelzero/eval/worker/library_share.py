@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from kernelzero.eval.failures import one_line
+from kernelzero.eval.worker.failures import one_line
 
 # cuBLAS / cuBLASLt (incl. Hopper `nvjet` and `xmma` GEMMs, sgemm/gemv families, split-K reduce),
 # cuDNN (namespaced kernels, implicit-GEMM and FFT/Winograd convolutions) and the library-built

@@ -31,13 +31,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kernelzero.eval.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command, device_groups,
-                                  drop_to_uid, isolation_for, warn_if_unisolated, workers_parent)
-from kernelzero.eval.process_tree import process_tree, session_usage, uid_usage, wait_gone
-from kernelzero.eval.worker_uids import NoWorkerUid, WorkerUid
+from kernelzero.eval.sandbox.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command,
+                                          device_groups, isolation_for, warn_if_unisolated,
+                                          workers_parent)
+from kernelzero.eval.sandbox.process_tree import process_tree, session_usage, uid_usage, wait_gone
+from kernelzero.eval.sandbox.worker_uids import NoWorkerUid, WorkerUid, drop_to_uid
 
-PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-BOOT = "import sys; sys.path.insert(0, sys.argv[1]); from kernelzero.eval.worker import main; main()"
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
+        "from kernelzero.eval.worker.worker import main; main()")
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
             "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS", "NCCL_NVLS_ENABLE",
@@ -111,31 +113,6 @@ class SandboxLimits:
                 "RLIMIT_AS": self.address_space_bytes, "RLIMIT_NOFILE": self.nofile}
 
 
-def _load_unshare():
-    """libc's unshare(2), loaded once in the judge so the forked child only calls it."""
-    try:
-        import ctypes
-        fn = ctypes.CDLL(None, use_errno=True).unshare
-        fn.argtypes = [ctypes.c_int]
-        return fn
-    except (OSError, AttributeError):
-        return None
-
-
-_UNSHARE = _load_unshare()
-CLONE_NEWNET = 0x40000000
-
-
-def isolate_network() -> None:
-    """A new, empty network namespace for this process (root only; failure, EPERM in some
-    containers, leaves the network as is). Called by a worker first thing, before it imports
-    anything else (worker.main, KZ_NO_NETWORK), and by the fork server's children. Not as a
-    `preexec_fn`: with one, Popen forks the whole judge, page tables of its CUDA mappings
-    included, holding the GIL (tens of ms per worker, 0.5 s when a batch's end refills 30)."""
-    if _UNSHARE is not None and os.geteuid() == 0:
-        _UNSHARE(CLONE_NEWNET)
-
-
 class WorkerTimeout(Exception):
     pass
 
@@ -157,7 +134,7 @@ class SandboxWorker:
     def __init__(self, device: str, limits: SandboxLimits, work_root: str | None = None,
                  build_dir: str | None = None, name: str = "worker", start_method: str = "spawn"):
         """start_method: `spawn` starts `python -I` afresh; `fork` forks it from a process that
-        has imported torch already (kernelzero.eval.forkserver; falls back to spawn). Raises
+        has imported torch already (kernelzero.eval.sandbox.forkserver; falls back to spawn). Raises
         WorkerDied when `limits.isolation` is `bwrap` and no jail can be made here."""
         self.device, self.limits, self.name = device, limits, name
         self.start_method = start_method
@@ -248,7 +225,7 @@ class SandboxWorker:
 
     def _start_forked(self, timeout_s: float) -> bool:
         """Fork the worker from the fork server; False (nothing started) when that fails."""
-        from kernelzero.eval.forkserver import ForkServerError
+        from kernelzero.eval.sandbox.forkserver import ForkServerError
         try:
             self.proc = self.fork_server().spawn(
                 self.dir, self._env(), os.path.join(self.dir, "boot.log"), self.limits.no_network,
@@ -262,7 +239,7 @@ class SandboxWorker:
 
     def fork_server(self):
         """The fork server for workers like this one (its environment and jail)."""
-        from kernelzero.eval.forkserver import fork_server
+        from kernelzero.eval.sandbox.forkserver import fork_server
         return fork_server(self._base_env(), PACKAGE_ROOT, self._fork_server_jail())
 
     def _fork_server_jail(self) -> list[str]:
@@ -439,7 +416,7 @@ class SandboxWorker:
         return os.path.join(self.dir, name)
 
     def log_tail(self, n_chars: int = 2000) -> str:
-        from kernelzero.eval.tensorio import DecodeError, open_regular
+        from kernelzero.eval.transport.tensorio import DecodeError, open_regular
         out = []
         for name in ("boot.log", "worker.log"):  # never through a link the worker put there
             try:

@@ -11,7 +11,7 @@ replaces the estimate (`with_measured`).
 
 From those figures, what each process holds at its peak while one trial runs (trials.py):
 - a worker: its model's weights; the trial's inputs, their pristine copy (the mutation check;
-  none for inputs over trials.COPY_MAX_BYTES) and what the forward allocates (its outputs
+  none for inputs over COPY_MAX_BYTES) and what the forward allocates (its outputs
   among it); a candidate's new inputs are written into the previous trial's buffers, so at a
   draw it holds two sets (small inputs only), never more than the pristine copy's worth; plus
   the outputs it shares (`slots` of them, copies for a candidate, in place for a large
@@ -31,9 +31,10 @@ import threading
 import weakref
 from dataclasses import asdict, dataclass
 
-from kernelzero.eval.trials import COPY_MAX_BYTES
-
 GiB = 2 ** 30
+# Inputs larger than this are never held twice: no pristine copy, no second set of buffers (the
+# worker's trials keep to it: worker/trials.py run_trials; the figures below count on it).
+COPY_MAX_BYTES = 1 << 30
 MEASURE_LIMIT_S = 20.0  # wall time the fake run may take before it gives up
 
 
@@ -83,7 +84,7 @@ class Footprint:
     def worker_bytes(self, slots: int, copies: bool = True) -> int:
         """A worker's peak while it runs trials, `slots` of whose outputs it holds shared
         (`copies`: as copies, a candidate; a reference shares large outputs in place). Inputs
-        over trials.COPY_MAX_BYTES are held once (no pristine copy, no second set of buffers)."""
+        over COPY_MAX_BYTES are held once (no pristine copy, no second set of buffers)."""
         i = self.input_bytes
         # inputs and their pristine copy (or, at a draw, the old buffers and the new inputs)
         inputs = 2 * i if i <= COPY_MAX_BYTES else i

@@ -1,16 +1,21 @@
-"""Pools: pick where candidates are judged, behind one API (`judge`, `judge_many`, `close`).
+"""Pools: where candidates are judged, behind one API (`judge`, `judge_many`, `close`).
 
 - `local`: the `Evaluator` in this process, judging in sandboxed workers on this machine.
-- `ray`: `RayPool`, the same evaluator in Ray actors (one per GPU) on every node of a cluster
-  (kernelzero/eval/ray_pool.py; Ray is imported only when this kind is asked for).
+- `ray`: `RayPool` (ray_pool.py), the same evaluator in Ray actors (one per GPU) on every node
+  of a cluster; which actor gets a candidate: ray_placement.py; how many workers each actor is
+  told to expect: ray_hints.py. Ray is imported only when this kind is asked for.
 
-Every pool is a context manager; `pool_kind(pool)` names it ("local", "ray"). The HTTP client
-(`kernelzero.serve.client.RewardClient`) has the same API but lives above `eval`; the trainer
-picks it when `reward.url` is set.
+Here: `make_pool` picks a pool by kind, `pool_kind(pool)` names one ("local", "ray"), and
+`warm_up_in_background` (warm_up.py) starts a pool's spare workers before its first batch.
+Every pool is a context manager. The HTTP client (`kernelzero.serve.client.RewardClient`) has
+the same API but lives above `eval`; the trainer picks it when `reward.url` is set.
 """
 from __future__ import annotations
 
 from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.pools.warm_up import warm_up_in_background
+
+__all__ = ["POOL_KINDS", "make_pool", "pool_kind", "warm_up_in_background"]
 
 POOL_KINDS = ("local", "ray")
 
@@ -29,19 +34,10 @@ def make_pool(kind: str, config: EvalConfig, ray_address: str | None = None, **r
 
         return Evaluator(config)
     if kind == "ray":
-        from kernelzero.eval.ray_pool import RayPool, RayPoolConfig
+        from kernelzero.eval.pools.ray_pool import RayPool, RayPoolConfig
 
         return RayPool(config, RayPoolConfig(address=ray_address, **ray_options))
     raise ValueError(f"pool kind {kind!r}: choose one of {POOL_KINDS}")
-
-
-def warm_up_in_background(pool) -> None:
-    """Start a long-lived pool's spare workers now, off the caller's thread (a trainer or the
-    service then pays worker start-up while it loads models, not in its first batch)."""
-    if hasattr(pool, "warm_up"):
-        import threading
-
-        threading.Thread(target=pool.warm_up, name="kz-warm-up", daemon=True).start()
 
 
 def pool_kind(pool) -> str:

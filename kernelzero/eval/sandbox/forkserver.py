@@ -40,7 +40,8 @@ import threading
 import time
 
 ZYGOTE_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-               "from kernelzero.eval.forkserver import zygote_main; zygote_main(int(sys.argv[2]))")
+               "from kernelzero.eval.sandbox.forkserver import zygote_main; "
+               "zygote_main(int(sys.argv[2]))")
 
 
 class ForkServerError(OSError):
@@ -235,7 +236,8 @@ def zygote_main(sock_fd: int) -> None:
         import triton  # noqa: F401
     except ImportError:
         pass
-    from kernelzero.eval import tensorio, worker  # noqa: F401
+    from kernelzero.eval.transport import tensorio  # noqa: F401
+    from kernelzero.eval.worker import worker  # noqa: F401
 
     sock = socket.socket(fileno=sock_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -294,7 +296,7 @@ def _become_worker(req: dict, fds: list[int]) -> None:
         os.dup2(fds[2], 2)
         os.closerange(3, 65536)  # the judge's socket and every other inherited descriptor
         if req.get("no_network"):
-            from kernelzero.eval.sandbox import isolate_network
+            from kernelzero.eval.worker.network import isolate_network
             isolate_network()
         if req.get("uid") is not None:  # its own uid: every capability goes with root
             uid = int(req["uid"])
@@ -311,7 +313,7 @@ def _become_worker(req: dict, fds: list[int]) -> None:
         sys.stdin = open(0, "r", buffering=1, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
-        from kernelzero.eval.worker import main
+        from kernelzero.eval.worker.worker import main
         main()
         code = 0
     except BaseException:  # noqa: BLE001 - report to the boot log, then die

@@ -49,7 +49,7 @@ def encode(obj, fh, depth: int = 0, sharing=None) -> dict:
             return {"kind": "other", "type": f"tensor of {desc['dtype']}"}
         if sharing is not None and t.is_cuda and t.numel() * t.element_size() >= \
                 max(1, sharing.min_bytes):
-            from kernelzero.eval.cuda_ipc import copy_to_share, share
+            from kernelzero.eval.transport.cuda_ipc import copy_to_share, share
             if 0 < sharing.in_place_bytes <= t.numel() * t.element_size():
                 desc["ipc"] = share(t)  # as it is (a reference's large output: see Sharing)
                 sharing.keep.append(t)
@@ -125,7 +125,7 @@ def decode(desc, path: str | os.PathLike, _buf: list | None = None, mapped=None)
             raise DecodeError("tensor description has a bad dtype or shape")
         numel = math.prod(shape)
         if isinstance(desc.get("ipc"), dict):
-            from kernelzero.eval.cuda_ipc import open_shared
+            from kernelzero.eval.transport.cuda_ipc import open_shared
             try:
                 t = open_shared(desc["ipc"], shape, dt, mapped)
             except (ValueError, TypeError, KeyError) as e:

@@ -1,0 +1,17 @@
+"""The worker: the program that runs inside a sandboxed process, the only place where a
+reference module or a candidate runs.
+
+- worker.py: `Worker` and `main`, one JSON command a line (load, build, run, time, ...);
+- network.py: the worker's own empty network namespace, made before any untrusted code loads;
+- trials.py: the correctness trials (the `run` command); timer.py: the timed loop (`time`);
+- warm_libraries.py: CUDA libraries made ready in a spare worker;
+- builds.py: compiled extensions reused across judgements of the same source (the judge's
+  cache, and the worker's `load_inline` hook);
+- library_share.py: the share of a candidate's GPU time spent in vendor libraries (profiled
+  here, ruled on by the judge);
+- failures.py: how a worker names what went wrong.
+
+Starting, jailing and ending worker processes is `kernelzero.eval.sandbox`'s (which imports
+this package, never the other way round); outputs go back to the judge through
+`kernelzero.eval.transport`.
+"""
