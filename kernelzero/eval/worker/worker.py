@@ -466,7 +466,7 @@ def _set_limits(cfg: dict) -> None:
 
 def main() -> None:
     global _REPLY
-    if os.environ.pop("KZ_NO_NETWORK", ""):  # before anything else loads (see network.py)
+    if os.environ.pop("KZ_NO_NETWORK", ""):  # before any candidate code loads (network.py)
         from kernelzero.eval.worker.network import isolate_network
         isolate_network()
     # The reply channel is a private duplicate of stdout; fd 1 and 2 then go to the log file so
