@@ -1,7 +1,7 @@
 """The ablations of the seed's three claims, at equal compute, on held-out tasks, with CIs.
 
     python bench/ablation.py --base kernelzero/train/presets/ablation-cpu.yaml \
-        --arms sft,uniform,frontier,frozen --seeds 0,1,2 --out docs/ablation
+        --arms sft,uniform,frontier,frozen --seeds 0,1,2 --set proposer_steps=8 --out docs/ablation
 
 Arms (each a `kernelzero train` run from the same cold-start Coder, the base config's `rounds`,
 `coder_steps`, group size and prompts per step: the same Coder updates and judged rollouts):
@@ -216,6 +216,10 @@ def main(argv=None) -> int:
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         ap.error(f"unknown arms {unknown}; choose from {', '.join(ARMS)}")
+    proposer_arms = [a for a in arms if a in ("frontier", "frozen")]
+    if proposer_arms and not base.get("proposer_steps"):
+        ap.error(f"arms {proposer_arms} train on the Proposer's modules: the base config has "
+                 "proposer_steps 0, so they would have no task (add --set proposer_steps=8)")
     seeds = [int(s) for s in args.seeds.split(",")]
     fp = fingerprint(base, args.coder)
     out = Path(args.out)

@@ -38,3 +38,15 @@ def test_the_tables_pair_arms_by_task_and_say_whether_a_difference_holds():
     assert figs["arms"]["frontier"]["sets"]["ood"]["n_tasks"] == 41
     md = ablation.markdown(figs, {"base": "b", "fingerprint": "f", "coder": "c", "written": "d", "machine": "m"})
     assert "| frontier - uniform | ood | +0.500 |" in md and "| yes |" in md
+
+
+def test_proposer_arms_without_proposer_steps_are_refused_before_any_run(tmp_path, capsys):
+    """With proposer_steps 0 the frontier and frozen arms would have no task: a clear error at
+    once, not a traceback after the other arms' hour of runs."""
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        ablation.main(["--base", "ablation-cpu", "--arms", "sft,frontier", "--seeds", "0",
+                       "--out", str(tmp_path / "abl"), "--work", str(tmp_path / "runs")])
+    assert e.value.code == 2
+    assert "proposer_steps 0" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
