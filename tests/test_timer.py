@@ -4,7 +4,6 @@ never waits for it between covered calls), fresh inputs at the last call's addre
 checked outputs, launch-bound calls and the spin that covers them, and work left running after
 the call being caught after a sampled device-wide synchronize (`work_after_stream`)."""
 import statistics
-import time
 from types import SimpleNamespace
 
 import torch
@@ -15,11 +14,19 @@ CYCLES_PER_MS = 1_000_000
 
 
 class SimGPU:
-    """One stream: each queued piece of work starts once the GPU is free and the host has queued
-    it; an event completes when the GPU reaches it. Work on 'another stream' (`side_until`)
-    delays nothing but a device-wide synchronize."""
+    """One stream on a virtual clock: each queued piece of work starts once the GPU is free and
+    the host has queued it; an event completes when the GPU reaches it. Work on 'another stream'
+    (`side_until`) delays nothing but a device-wide synchronize.
+
+    The host's time is virtual too (`now`): it moves only by the costs the test gives it (a
+    launch, a draw, a sleep, a wait), never by how fast this machine runs the test, so a test
+    reads the same on an idle workstation and on a loaded 2-core CI runner."""
+
+    HOST_CALL_S = 10e-6  # host time a forward takes to launch its work (a small module)
+    HOST_READ_S = 1e-6  # host time between two reads of the clock (a few Python statements)
 
     def __init__(self, off_cpu_ms=None):
+        self.now = 0.0
         self.free_at = 0.0
         self.side_until = 0.0
         self.syncs = 0
@@ -30,49 +37,46 @@ class SimGPU:
         self.slept: list[int] = []
         self.slept_s: list[float] = []  # the host's own sleeps (time.sleep)
         self.woke_after_end: list[bool] = []  # per sleep: the queued work was done at waking
-        self.synced_at: float | None = None  # when the last synchronize found the GPU idle
+
+    def host(self, seconds: float) -> None:
+        """The host spends `seconds` (launching, drawing, sleeping)."""
+        self.now += seconds
 
     def queue(self, ms: float) -> float:
-        self.free_at = max(self.free_at, time.perf_counter()) + ms / 1e3
+        self.free_at = max(self.free_at, self.now) + ms / 1e3
         return self.free_at
 
     def _wait_until(self, t: float) -> None:
-        while time.perf_counter() < t - 0.002:  # sleep most of a long wait, spin the end of it
-            time.sleep(0.001)
-        while time.perf_counter() < t:
-            pass
+        self.now = max(self.now, t)
 
     def _sleep(self, seconds: float) -> None:
         self.slept_s.append(seconds)
-        time.sleep(seconds)
-        # a loaded machine wakes the host late, past the call's end: the loop must see it
-        self.woke_after_end.append(time.perf_counter() >= self.free_at)
+        self.host(seconds)
+        self.woke_after_end.append(self.now >= self.free_at)
 
     def primitives(self) -> dict:
-        def record(ev, stream):
-            if self.synced_at is not None:  # an event right after a synchronize: the moment it
-                # returned, not whenever a busy test machine let this thread run again
-                self.free_at, self.synced_at = max(self.free_at, self.synced_at), None
-                ev.t = self.free_at
-            else:
-                ev.t = self.queue(0.0)
+        def clock():
+            self.host(self.HOST_READ_S)
+            return self.now
 
         def sync():
             self.syncs += 1
             off = self.off_cpu_ms(self.syncs) / 1e3 if self.off_cpu_ms else 0.0
-            self.synced_at = max(self.free_at, self.side_until) + off
             self.off_s += off
-            self._wait_until(self.synced_at)
+            self._wait_until(max(self.free_at, self.side_until) + off)
+
+        def record(ev, stream):
+            ev.t = self.queue(0.0)
 
         def sleep(cycles):
             self.slept.append(cycles)
             self.queue(cycles / CYCLES_PER_MS)
 
-        return {"clock": time.perf_counter, "run_delay": lambda: 1e3 * self.off_s,
+        return {"clock": clock, "run_delay": lambda: 1e3 * self.off_s,
                 "Event": lambda enable_timing, blocking=False: SimpleNamespace(t=0.0),
                 "stream": lambda: None, "sync": sync, "l2_reset": None, "record": record,
                 "gpu_sleep": sleep, "elapsed": lambda a, b: 1e3 * (b.t - a.t),
-                "query": lambda ev: time.perf_counter() >= ev.t, "sleep": self._sleep,
+                "query": lambda ev: self.now >= ev.t, "sleep": self._sleep,
                 "ev_sync": lambda ev: self._wait_until(ev.t)}
 
 
@@ -90,13 +94,14 @@ class Kernel(torch.nn.Module):
 
     def forward(self, x):
         self.calls += 1
+        self.gpu.host(SimGPU.HOST_CALL_S)
         if self.launch_s and self.calls > self.slow_after:
-            time.sleep(self.launch_s)
+            self.gpu.host(self.launch_s)
         self.gpu.queue(self.ms)
         if self.leaves_s and (self.leaves_on is None or self.calls in self.leaves_on):
             # 'still running' on a side stream until a device-wide synchronize
             # (on a side stream that first waits for this stream to reach this point)
-            self.gpu.side_until = max(self.gpu.free_at, time.perf_counter()) + self.leaves_s
+            self.gpu.side_until = max(self.gpu.free_at, self.gpu.now) + self.leaves_s
         return x.relu()
 
 
