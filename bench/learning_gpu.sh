@@ -71,7 +71,7 @@ gpu-coder)
   # The GPU-size Coder from zero, then on KernelBench's Level 1 problems the family covers, at
   # their real sizes, judged on the GPU (those the teacher compiles, picked below).
   # Its held-out kernels are judged on the GPU: the image's Triton 3.6 interpreter fails the
-  # teacher's rowwise and matmul kernels that pass on the GPU and under triton 3.9 (docs/perf.md).
+  # teacher's rowwise and matmul kernels that pass on the GPU and under triton 3.9 (docs/learning-results.md).
   gunzip -c "$DATA" > /tmp/family-train.jsonl || exit 1
   timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu \
     --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-120}" \

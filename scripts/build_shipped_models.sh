@@ -13,8 +13,8 @@
 # KZ_CODER_MORE_STEPS="N1 N2 ..." continues the Coder's SFT in stages of N1, N2, ... steps before
 # it ships (`kernelzero sft`, learning rate 1e-3 decaying linearly to 0 in each stage, batch 64,
 # stage k under seed k). The shipped Coder is the cold start's 879 steps, then stages of 1,200,
-# 2,800, 3,800 and 3,800 steps: KZ_CODER_MORE_STEPS="1200 2800 3800 3800" (docs/perf.md, "Learning
-# from zero"; the shipped fourth stage was stopped by its time limit at 3,748 steps).
+# 2,800, 3,800 and 3,800 steps: KZ_CODER_MORE_STEPS="1200 2800 3800 3800" (docs/learning-results.md, "Data
+# and the shipped Coder"; the shipped fourth stage was stopped by its time limit at 3,748 steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-runs/shipped}

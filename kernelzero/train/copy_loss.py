@@ -1,7 +1,7 @@
 """A completion-only loss that weighs the constants a completion copies from its prompt.
 
 A from-scratch Coder gets a kernel's structure right at 99.7% of tokens but the module's
-constants (`0.918`, `1e-5`, `3.0`) at 86% (bench/copy_probe.py, docs/perf.md): they are ~2% of
+constants (`0.918`, `1e-5`, `3.0`) at 86% (bench/copy_probe.py, docs/learning-results.md): they are ~2% of
 the tokens, so the plain mean loss barely asks for them. With `copy_weight` w, every token of a
 numeric literal in the completion whose token sequence also stands, as a whole literal, in the
 prompt counts w times in the mean; the other completion tokens count once.
