@@ -17,7 +17,7 @@ For ray, the candidates and distinct tasks each actor judged are reported (`per_
 task an actor judges costs it a reference, so `duplicate_references` is reference work done twice.
 
 Every judge (the local evaluator, each Ray actor, the service's evaluator) starts `--spares`
-spare workers (EvalConfig.spares; by default EvalConfig's, from the judge's max_workers: --workers,
+spare workers (RuntimeConfig.spares; by default EvalConfig's, from the judge's max_workers: --workers,
 or --runs-per-gpu for a Ray GPU actor; reported as `spares_per_judge`) and is warmed up before
 the clock starts. Each candidate and each new task takes one worker, so a judge whose
 spares cover its share of the batch (candidates + tasks, over the actors for ray) measures
@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kernelzero.eval import EvalConfig  # noqa: E402
+from kernelzero.eval import EvalConfig, RuntimeConfig  # noqa: E402
 from kernelzero.tasks import Candidate, find_samples, load_tasks  # noqa: E402
 
 MODES = ("local", "ray", "service")
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="copies of the sample set in the batch")
     p.add_argument("--workers", type=int, default=4, help="EvalConfig.max_workers (local, service)")
     p.add_argument("--spares", type=int, default=None,
-                   help="EvalConfig.spares of every judge: each local evaluator, each Ray actor, "
+                   help="RuntimeConfig.spares of every judge: each local evaluator, each Ray actor, "
                         "the service's (default: EvalConfig's, from --workers)")
     p.add_argument("--runs-per-gpu", type=int, default=None,
                    help="candidates one Ray GPU actor judges at once (default: --workers)")
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     env = None
     for mode in modes:
         cfg = EvalConfig(device=args.device, max_workers=args.workers, seed=args.seed,
-                         spares=args.spares,
+                         runtime=RuntimeConfig(spares=args.spares),
                          work_dir=str(work / mode),  # fresh build caches per mode
                          policy="none" if args.problems == "throughput" else "strict")
         print(f"[{mode}] judging {len(batch)} candidates ...", file=sys.stderr, flush=True)

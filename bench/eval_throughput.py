@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelzero.eval import EvalConfig, Evaluator  # noqa: E402
+from kernelzero.eval import EvalConfig, Evaluator, RuntimeConfig  # noqa: E402
 from kernelzero.tasks import Candidate, Task  # noqa: E402
 
 PROBLEMS = {
@@ -289,12 +289,14 @@ class CollectorPauses:
                 "by_generation": {g: sum(1 for p in self.pauses if p[0] == g) for g in (0, 1, 2)}}
 
 
-def kernelbench_config(**knobs) -> EvalConfig:
+def kernelbench_config(max_workers: int, **runtime) -> EvalConfig:
     """KernelBench's workload on cuda: 5 correctness trials, 3 warm-up calls (no time-based
-    warm-up), 100 timed calls, 3 of them re-checked; no hardening trials, no policy."""
+    warm-up), 100 timed calls, 3 of them re-checked; no hardening trials, no policy.
+    `runtime`: RuntimeConfig fields."""
     return EvalConfig(device="cuda", policy="none", correctness_trials=5, hardening_trials=False,
                       timing_warmup=3, timing_warmup_ms=0.0, timing_min_trials=100,
-                      timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3, **knobs)
+                      timing_max_trials=100, timing_budget_s=60, timing_checked_calls=3,
+                      max_workers=max_workers, runtime=RuntimeConfig(**runtime))
 
 
 def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: str = "auto",
@@ -302,7 +304,7 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
                reserve_mb: int = 0, knobs: dict | None = None) -> dict:
     """Judge the batch; the clock starts when the evaluator is created (cold) or, with warm, once
     its spare workers are started and warmed (a long-lived judge: a trainer, the service).
-    `knobs`: further EvalConfig fields (the memory and output-sharing flags of `main`)."""
+    `knobs`: further RuntimeConfig fields (the memory and output-sharing flags of `main`)."""
     knobs = dict(knobs or {})
     cfg = kernelbench_config(transfer=transfer, start_method=start_method, max_workers=workers,
                              spares=spares, spare_reserve_mb=reserve_mb, **knobs)
@@ -356,9 +358,9 @@ def throughput(workers: int, quick: bool, transfer: str = "auto", start_method: 
             "reference_phases": ref_phases, "candidates": len(pairs), "correct": sum(v.correct for v in verdicts),
             "wall_s": wall, "gpu_s": gpu, "gpu_s_candidates": cand_gpu, "gpu_s_reference": ref_gpu,
             "wall_over_gpu": wall / gpu if gpu else None, "workers": workers,
-            "spare_reserve_mb": reserve_mb, "load_reserve_factor": cfg.load_reserve_factor,
-            "ipc_output_pool": cfg.ipc_output_pool, "ipc_min_bytes": cfg.ipc_min_bytes,
-            "ipc_arena": cfg.ipc_arena,
+            "spare_reserve_mb": reserve_mb, "load_reserve_factor": cfg.runtime.load_reserve_factor,
+            "ipc_output_pool": cfg.runtime.ipc_output_pool,
+            "ipc_min_bytes": cfg.runtime.ipc_min_bytes, "ipc_arena": cfg.runtime.ipc_arena,
             "gc_pauses": pauses.summary(),
             "interpreter_lag": lag.summary(), "timing_round_trip_ms": _round_trips(verdicts),
             "size_scale": scale, "clock": "warm" if warm else "cold", "warm_up_s": warm_up_s,
@@ -419,22 +421,22 @@ def main() -> None:
                     help="cold: the clock includes starting the evaluator's workers; warm: it "
                          "starts once they are ready (a long-lived judge)")
     ap.add_argument("--spares", type=int, default=None,
-                    help="EvalConfig.spares (default: the evaluator's; the batch needs one worker "
+                    help="RuntimeConfig.spares (default: the evaluator's; the batch needs one worker "
                          "per candidate and per task: 30 here)")
     ap.add_argument("--spare-reserve-mb", type=int, default=0,
-                    help="EvalConfig.spare_reserve_mb: GPU memory each spare holds for its first "
+                    help="RuntimeConfig.spare_reserve_mb: GPU memory each spare holds for its first "
                          "trial's allocations (0: none)")
     ap.add_argument("--load-reserve-factor", type=float, default=None,
-                    help="EvalConfig.load_reserve_factor: memory each worker reserves while "
+                    help="RuntimeConfig.load_reserve_factor: memory each worker reserves while "
                          "loading, in inputs' sizes (default: the evaluator's; 0: none)")
     ap.add_argument("--no-ipc-pool", action="store_true",
-                    help="EvalConfig.ipc_output_pool=False: shared outputs are copied wherever the "
+                    help="RuntimeConfig.ipc_output_pool=False: shared outputs are copied wherever the "
                          "worker's allocator finds room (often inside its memory reserve)")
     ap.add_argument("--ipc-min-bytes", type=int, default=None,
-                    help="EvalConfig.ipc_min_bytes: smaller outputs go through host memory "
+                    help="RuntimeConfig.ipc_min_bytes: smaller outputs go through host memory "
                          "(default: the evaluator's; 0: every CUDA output over IPC)")
     ap.add_argument("--no-ipc-arena", action="store_true",
-                    help="EvalConfig.ipc_arena=False: each shared output gets an allocation of its "
+                    help="RuntimeConfig.ipc_arena=False: each shared output gets an allocation of its "
                          "own, which the judge maps while it holds the GPU lock")
     ap.add_argument("--skip-repeat", action="store_true")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeatability part")
@@ -444,7 +446,7 @@ def main() -> None:
                     help="max_workers of the repeatability evaluators (one candidate each)")
     ap.add_argument("--transfer", default="auto", choices=["auto", "ipc", "host"])
     ap.add_argument("--start-method", default="auto", choices=["auto", "spawn", "fork"],
-                    help="how worker processes start (EvalConfig.start_method)")
+                    help="how worker processes start (RuntimeConfig.start_method)")
     ap.add_argument("--sandbox", default=None, choices=["auto", "bwrap", "none"],
                     help="the workers' jail (KZ_SANDBOX; default: the environment's, else auto)")
     args = ap.parse_args()

@@ -311,7 +311,7 @@ def cmd_plan(args) -> int:
     """Every problem's footprint (footprint.measure, in a child process: the problems' code never
     runs in this one) and what the judge plans for it on a card of --card-gib: kept or streamed,
     the memory a reference run and a judgement are admitted for. CPU only: no device needed."""
-    from kernelzero.eval import EvalConfig
+    from kernelzero.eval import EvalConfig, RuntimeConfig
     from kernelzero.eval.device.footprint import Footprint
     from kernelzero.eval.device.memory_plan import MemoryPlan
     from kernelzero.tasks import load_tasks
@@ -321,8 +321,10 @@ def cmd_plan(args) -> int:
     measured = json.loads(child.stdout.strip().splitlines()[-1])
     cfg = EvalConfig(device="cuda")
     spares = cfg.spare_pool_size
-    budget_mb = int(args.card_gib * 1024) - cfg.memory_margin_mb - spares * cfg.worker_overhead_mb
-    plan = MemoryPlan(EvalConfig(device="cuda", memory_budget_mb=budget_mb), spares)
+    rt = cfg.runtime
+    budget_mb = int(args.card_gib * 1024) - rt.memory_margin_mb - spares * rt.worker_overhead_mb
+    budget = RuntimeConfig(memory_budget_mb=budget_mb)
+    plan = MemoryPlan(EvalConfig(device="cuda", runtime=budget), spares)
     n = cfg.correctness_trials + 1 + 3 + cfg.timing_checked_calls  # + poke, hardening, re-checks
     rows, GiB = {}, 2 ** 30
     for t in tasks:

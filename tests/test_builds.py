@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from torch.utils import cpp_extension
 
-from kernelzero.eval import EvalConfig
+from kernelzero.eval import EvalConfig, RuntimeConfig
 from kernelzero.eval.worker.builds import (MANIFEST, BuildCache, _build_files, compile_jobs,
                                            install_load_inline_cache)
 
@@ -97,4 +97,4 @@ def test_compile_jobs_share_the_host_among_the_judgements():
     cores = os.cpu_count() or 1
     assert compile_jobs(EvalConfig(max_workers=1)) == cores
     assert compile_jobs(EvalConfig(max_workers=cores * 2)) == 1
-    assert compile_jobs(EvalConfig(compile_jobs=3)) == 3
+    assert compile_jobs(EvalConfig(runtime=RuntimeConfig(compile_jobs=3))) == 3

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kernelzero.eval import EvalConfig, Evaluator
+from kernelzero.eval import EvalConfig, Evaluator, RuntimeConfig
 from kernelzero.tasks import Candidate, Task
 
 pytestmark = pytest.mark.gpu
@@ -112,7 +112,8 @@ def test_both_output_transfers(transfer):
     good = Candidate.from_file(os.path.join(EX, "candidates/level_1_problem_1_sample_0_kernel.py"))
     wrong = Candidate.from_file(os.path.join(EX, "candidates/level_1_problem_1_sample_1_kernel.py"))
     racy = Candidate(SIDE_STREAM.replace("{JOIN}", ""))
-    with Evaluator(EvalConfig(device="cuda", transfer=transfer, timing_max_trials=20)) as e:
+    with Evaluator(EvalConfig(device="cuda", timing_max_trials=20,
+                              runtime=RuntimeConfig(transfer=transfer))) as e:
         g, w, r = e.judge_many([(RELU, good), (RELU, wrong), (RELU, racy)])
     assert g.status == "correct" and g.speedup, g.reason
     assert w.status == "incorrect", w.reason

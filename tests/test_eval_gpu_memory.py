@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelzero.eval import EvalConfig, Evaluator  # noqa: E402
+from kernelzero.eval import EvalConfig, Evaluator, RuntimeConfig  # noqa: E402
 from kernelzero.tasks import Candidate, Task  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -73,7 +73,8 @@ def test_a_task_of_half_the_card_gives_the_same_verdict_beside_others_as_alone()
 def test_a_task_too_large_to_keep_is_streamed_and_judged_correctly():
     _cuda()
     wide = Task.from_source(WIDE.format(rows=1 << 18), "wide")  # 4 GiB in, 4 GiB out a call
-    cfg = EvalConfig(device="cuda", policy="none", max_workers=2, reference_store_mb=8192)
+    cfg = EvalConfig(device="cuda", policy="none", max_workers=2,
+                     runtime=RuntimeConfig(reference_store_mb=8192))
     with Evaluator(cfg) as ev:
         v = ev.judge(wide, identity(wide))
     assert v.status == "correct", v.reason

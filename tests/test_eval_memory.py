@@ -4,7 +4,7 @@ one; judgements wait for the memory budget; a reference out of memory alone blam
 the figures."""
 import os
 
-from kernelzero.eval import EvalConfig, Evaluator
+from kernelzero.eval import EvalConfig, Evaluator, RuntimeConfig
 from kernelzero.eval.device import memory_gate
 from kernelzero.tasks import Candidate, Task
 
@@ -35,8 +35,8 @@ def test_a_streamed_task_is_judged_like_a_kept_one():
         # A fixed schedule: under a random one the poke trial's 8 changed elements hit one of
         # the memoiser's 16 sampled positions (of 16,000) about 1% of the time, and then its
         # recomputed output is rightly correct (CI saw it once, 3 Dec 2026).
-        cfg = EvalConfig(device="cpu", policy="none", max_workers=2, reference_store_mb=store_mb,
-                         seed=1)
+        cfg = EvalConfig(device="cpu", policy="none", max_workers=2, seed=1,
+                         runtime=RuntimeConfig(reference_store_mb=store_mb))
         with Evaluator(cfg) as ev:
             got = ev.judge_many([(RELU, c) for c in cands.values()])
         verdicts[store_mb] = dict(zip(cands, got))
@@ -58,7 +58,8 @@ def test_judgements_wait_for_the_memory_budget():
         in_flight.append(gate._transient)
         return grant
 
-    cfg = EvalConfig(device="cpu", policy="none", max_workers=3, memory_budget_mb=1)
+    cfg = EvalConfig(device="cpu", policy="none", max_workers=3,
+                     runtime=RuntimeConfig(memory_budget_mb=1))
     memory_gate.MemoryGate.admit = admit
     try:
         with Evaluator(cfg) as ev:
@@ -76,7 +77,8 @@ def test_judgements_wait_for_the_memory_budget():
 def test_a_reference_out_of_memory_alone_blames_the_task_with_figures():
     task = Task.from_source(OOM_REFERENCE, "oom_reference")
     # a budget (however large): the CPU measures footprints only then
-    with Evaluator(EvalConfig(device="cpu", policy="none", memory_budget_mb=1 << 20)) as ev:
+    cfg = EvalConfig(device="cpu", policy="none", runtime=RuntimeConfig(memory_budget_mb=1 << 20))
+    with Evaluator(cfg) as ev:
         v = ev.judge(task, Candidate(OOM_REFERENCE.replace("class Model", "class ModelNew"), "c"))
     assert v.status == "invalid_task" and "judged_alone_after_oom" in v.flags, v.reason
     assert "the reference needs ~" in v.reason and "inputs 1 MiB" in v.reason, v.reason

@@ -6,7 +6,7 @@ import types
 import pytest
 import torch
 
-from kernelzero.eval import EvalConfig
+from kernelzero.eval import EvalConfig, RuntimeConfig
 from kernelzero.eval.device.footprint import Footprint, measure
 from kernelzero.eval.device.memory_plan import MemoryPlan
 
@@ -111,8 +111,8 @@ def test_worker_and_judge_bytes():
 
 
 def test_the_plan_streams_tasks_too_large_to_keep_and_sizes_requests():
-    cfg = EvalConfig(memory_budget_mb=100 * 1024, reference_store_mb=16 * 1024,
-                     stream_chunk_mb=1024)
+    cfg = EvalConfig(runtime=RuntimeConfig(memory_budget_mb=100 * 1024,
+                                           reference_store_mb=16 * 1024, stream_chunk_mb=1024))
     plan = MemoryPlan(cfg)
     huge = Footprint(input_bytes=6 * GiB, output_bytes=6 * GiB, known=True)
     small = Footprint(input_bytes=64 << 20, output_bytes=256 << 20, known=True)
@@ -123,15 +123,15 @@ def test_the_plan_streams_tasks_too_large_to_keep_and_sizes_requests():
         plan.judgement_bytes(huge, 9, 3, streamed=False) - huge.stored_bytes(12)
     assert plan.reference_bytes(small, 12, False) >= small.stored_bytes(12)
     assert MemoryPlan(EvalConfig()).budget_bytes() is None  # no limit on the CPU
-    gpu = MemoryPlan(EvalConfig(device="cuda", memory_budget_mb=100 * 1024))
+    gpu = MemoryPlan(EvalConfig(device="cuda", runtime=RuntimeConfig(memory_budget_mb=100 * 1024)))
     assert gpu.reserve_bytes(small, 8 * GiB) == 6 * (64 << 20)  # its trials' memory, early
     assert gpu.reserve_bytes(small, 100 << 20) == 100 << 20      # at most what was granted
     assert gpu.reserve_bytes(huge, 100 * GiB) == 0  # inputs over the cap: no reserve at all
-    assert MemoryPlan(EvalConfig(memory_budget_mb=8192)).store_limit() == GiB
+    assert MemoryPlan(EvalConfig(runtime=RuntimeConfig(memory_budget_mb=8192))).store_limit() == GiB
 
 
 @pytest.mark.parametrize("bad", [{"memory_budget_mb": -1}, {"reference_store_mb": -2},
                                  {"stream_chunk_mb": -1}, {"compile_jobs": 0}])
 def test_memory_knobs_are_validated(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
-        EvalConfig(**bad)
+        RuntimeConfig(**bad)

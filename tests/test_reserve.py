@@ -4,7 +4,7 @@ by the trials instead of new `cudaMalloc` calls."""
 import pytest
 import torch
 
-from kernelzero.eval import EvalConfig
+from kernelzero.eval import EvalConfig, RuntimeConfig
 from kernelzero.eval.worker.worker import Worker
 
 TASK = """import torch
@@ -22,12 +22,13 @@ def get_init_inputs():
 
 
 def test_config():
-    cfg = EvalConfig(load_reserve_factor=2.5, load_reserve_max_mb=10)
+    cfg = EvalConfig(runtime=RuntimeConfig(load_reserve_factor=2.5, load_reserve_max_mb=10))
     assert cfg.load_options() == {"ipc_pool": True, "ipc_min_bytes": 2 << 20, "ipc_arena": True}
-    assert EvalConfig(ipc_output_pool=False).load_options()["ipc_pool"] is False
+    no_pool = EvalConfig(runtime=RuntimeConfig(ipc_output_pool=False))
+    assert no_pool.load_options()["ipc_pool"] is False
     for bad in ({"load_reserve_factor": -1}, {"load_reserve_max_mb": -1}, {"ipc_min_bytes": -1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            EvalConfig(**bad)
+            RuntimeConfig(**bad)
 
 
 def _load(tmp_path, device, reserve_bytes=0, **options):
@@ -99,7 +100,7 @@ def test_shared_outputs_get_allocations_of_their_own(tmp_path, ipc_pool):
 @pytest.mark.gpu
 @pytest.mark.parametrize("min_bytes", [0, 16 << 20])
 def test_outputs_under_ipc_min_bytes_go_through_host_memory(tmp_path, min_bytes):
-    """EvalConfig.ipc_min_bytes: an 8 MiB output is shared over CUDA IPC above the threshold and
+    """RuntimeConfig.ipc_min_bytes: an 8 MiB output is shared over CUDA IPC above the threshold and
     written to host memory, with the right values, under it."""
     from kernelzero.eval.transport.tensorio import decode
     torch.cuda.init()

@@ -50,13 +50,13 @@ def get_init_inputs():
 
 
 def _judge(limits_kw: dict, size: str):
-    from kernelzero.eval import EvalConfig, Evaluator
+    from kernelzero.eval import EvalConfig, Evaluator, RuntimeConfig
     from kernelzero.eval.sandbox.sandbox import SandboxLimits
     from kernelzero.tasks import Candidate, Task
     if size == "small":  # one worker at a time
         legit = next(f for f in LEGIT if f.name == "relu_masked_tail")
-        cfg = EvalConfig(device="cuda", transfer="ipc", ipc_min_bytes=0, timing=True,
-                         correctness_trials=2, max_workers=1, spares=1)
+        cfg = EvalConfig(device="cuda", timing=True, correctness_trials=2, max_workers=1,
+                         runtime=RuntimeConfig(transfer="ipc", ipc_min_bytes=0, spares=1))
         with Evaluator(cfg, limits=SandboxLimits(**limits_kw)) as ev:
             return [ev.judge(Task.from_file(legit.target), Candidate.from_file(legit.path))]
     # Four tasks side by side with the default workers and spares: the failure of the `uid`
@@ -64,8 +64,8 @@ def _judge(limits_kw: dict, size: str):
     pairs = [(Task.from_source(LARGE_TASK, f"large_relu_{k}"),
               Candidate(source=LARGE_TASK + "\n\nclass ModelNew(Model):\n    pass\n"))
              for k in range(4)]
-    cfg = EvalConfig(device="cuda", policy="none", transfer="ipc", ipc_min_bytes=0, timing=True,
-                     correctness_trials=2)
+    cfg = EvalConfig(device="cuda", policy="none", timing=True, correctness_trials=2,
+                     runtime=RuntimeConfig(transfer="ipc", ipc_min_bytes=0))
     with Evaluator(cfg, limits=SandboxLimits(**limits_kw)) as ev:
         return ev.judge_many(pairs)
 

@@ -131,10 +131,10 @@ def test_overlapping_batches_add_up_and_the_pool_refills_after_the_last():
 
 def test_spare_reserve_is_validated_and_sent_with_every_gpu_warm_stage(monkeypatch):
     from kernelzero.eval.sandbox import spares
-    from kernelzero.eval.config import EvalConfig
+    from kernelzero.eval.config import RuntimeConfig
     from kernelzero.eval.sandbox.sandbox import SandboxLimits
     with pytest.raises(ValueError, match="spare_reserve_mb"):
-        EvalConfig(spare_reserve_mb=-1)
+        RuntimeConfig(spare_reserve_mb=-1)
     sent = []
 
     class FakeWorker:

@@ -42,6 +42,7 @@ def test_presets_leave_seed_tasks_to_train_on(preset):
     ({"heldout": {"samples": 2, "ks": [1, 4]}}, "k"),
     ({"eval": {"device": "tpu"}}, "device"),
     ({"eval": {"no_such_knob": 1}}, "eval section"),
+    ({"eval": {"runtime": {"spare": 4}}}, r"EvalConfig.runtime: unknown key 'spare'; allowed: "),
     ({"reward": {"pool": "foo"}}, "reward.pool"),
     ({"reward": {"ray_address": "auto"}}, "needs reward.pool: ray"),
     ({"reward": {"url": "127.0.0.1:8000"}}, "http://"),
@@ -64,6 +65,12 @@ def test_mistakes_are_named(data, match):
     ({"proposer": {"band": 0.5}}, r"proposer.band=0.5: expected a list"),
     ({"cold_start": {"time_budget_s": "fast"}}, r"cold_start.time_budget_s='fast'"),
     ({"coder": 3}, r"coder: expected a section"),
+    ({"eval": {"seed": "abc"}}, r"eval.seed='abc': expected a whole number or null"),
+    ({"eval": {"device": "tpu"}}, r"eval.device='tpu': expected one of 'cpu', 'cuda'"),
+    ({"eval": {"runtime": {"spares": "many"}}},
+     r"eval.runtime.spares='many': expected a whole number or null"),
+    ({"eval": {"runtime": {"prestart": "no"}}}, r"eval.runtime.prestart='no': expected true or false"),
+    ({"eval": {"runtime": 4}}, r"eval.runtime=4: expected a section"),
 ])
 def test_wrong_types_are_named_with_what_to_write(data, match):
     """YAML that parses but means something else (a string for a flag is true) never runs."""
@@ -78,6 +85,8 @@ def test_scientific_notation_is_a_number_where_one_is_wanted():
     assert cfg.coder.learning_rate == 1e-5
     with pytest.raises(ValueError, match="name="):
         from_dict({"name": 5})
+    runtime = load_config("tiny-cpu", parse_overrides(["eval.runtime.load_reserve_factor=1e1"]))
+    assert runtime.eval_config().runtime.load_reserve_factor == 10.0
     with pytest.raises(ValueError, match="seed='1e3'"):
         from_dict({"seed": "1e3"})  # an int field is not converted
 
@@ -142,12 +151,13 @@ def test_a_step_always_has_its_prompts():
 
 
 def test_on_cuda_the_spare_pool_covers_a_coder_step_unless_set():
-    """8 x 4 candidates over 4 tasks: 36 workers started ahead; an explicit `spares` wins; CPU
-    judging keeps the evaluator's own small default."""
-    assert load_config("single-h200").eval_config().spares == 36
-    assert load_config("single-h200", {"eval": {"spares": 5}}).eval_config().spares == 5
-    assert load_config("single-h200", {"eval": {"device": "cpu"}}).eval_config().spares is None
-    assert load_config("tiny-cpu").eval_config().spares is None
+    """8 x 4 candidates over 4 tasks: 36 workers started ahead; an explicit `runtime.spares`
+    wins; CPU judging keeps the evaluator's own small default."""
+    assert load_config("single-h200").eval_config().runtime.spares == 36
+    five = load_config("single-h200", {"eval": {"runtime": {"spares": 5}}})
+    assert five.eval_config().runtime.spares == 5
+    assert load_config("single-h200", {"eval": {"device": "cpu"}}).eval_config().runtime.spares is None
+    assert load_config("tiny-cpu").eval_config().runtime.spares is None
 
 
 def test_each_phase_prints_one_line_of_its_figures():

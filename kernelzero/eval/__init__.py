@@ -1,7 +1,7 @@
 """The evaluator: judge a candidate kernel against its reference module in sandboxed processes.
 
 Public API (everything above `eval` talks to it through these names only):
-    EvalConfig, Verdict, Timing, STATUSES, Evaluator
+    EvalConfig, RuntimeConfig, Verdict, Timing, STATUSES, Evaluator
 
 Layout. The judge is the modules here: evaluator.py (the pipeline), judgement.py, reference.py,
 reference_cache.py, schedule.py, compare.py, rulings.py, plausibility.py, policy.py, audit.py,
@@ -15,10 +15,10 @@ per subpackage:
 Imports go downward: pools -> the judge -> sandbox -> worker -> device, transport (and any of
 them -> config, verdict).
 """
-from kernelzero.eval.config import EvalConfig
+from kernelzero.eval.config import EvalConfig, RuntimeConfig
 from kernelzero.eval.verdict import STATUSES, Timing, Verdict
 
-__all__ = ["EvalConfig", "Verdict", "Timing", "STATUSES", "Evaluator", "ReferenceProbe"]
+__all__ = ["EvalConfig", "RuntimeConfig", "Verdict", "Timing", "STATUSES", "Evaluator", "ReferenceProbe"]
 
 
 def __getattr__(name):  # keep `import kernelzero.eval` light; the evaluator pulls in torch

@@ -100,10 +100,11 @@ class Evaluator:
         # Every candidate takes a spare and every new task one more (its reference); on a GPU a
         # spare takes seconds to start (torch, CUDA context, library handles), so keep enough that
         # neither ever waits for one. The 2-core CPU case keeps the pool small.
+        runtime = self.config.runtime
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
-                                size=self.config.spare_pool_size if self.config.prestart else 0,
+                                size=self.config.spare_pool_size if runtime.prestart else 0,
                                 start_method=self.config.worker_start,
-                                reserve_mb=self.config.spare_reserve_mb)
+                                reserve_mb=runtime.spare_reserve_mb)
         self.aborted = False
         # Device memory: each judgement and reference run admitted for its footprint, an
         # out-of-memory verdict judged again alone (memory_gate.py, memory_plan.py).

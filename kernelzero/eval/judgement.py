@@ -210,13 +210,13 @@ class CandidateJudgement:
         """Have the worker allocate its arena (cuda_ipc.Arena), room for `slots` outputs sized
         from the reference's, and map it now, before the GPU lock is taken; `arena` keeps it
         mapped until it is cleared. Without one, outputs travel as they otherwise would."""
-        cfg, ref = self.cfg, self.ref
-        if not (cfg.ipc_arena and cfg.device == "cuda" and cfg.transfer_mode == "ipc"):
+        cfg, ref, min_bytes = self.cfg, self.ref, self.cfg.runtime.ipc_min_bytes
+        if not (cfg.runtime.ipc_arena and cfg.device == "cuda" and cfg.transfer_mode == "ipc"):
             return
         if ref.streamed:
-            per_call = self.fp.output_bytes if self.fp.output_bytes >= cfg.ipc_min_bytes else 0
+            per_call = self.fp.output_bytes if self.fp.output_bytes >= min_bytes else 0
         else:
-            per_call = max((shared_bytes(r.outputs, cfg.ipc_min_bytes) for r in
+            per_call = max((shared_bytes(r.outputs, min_bytes) for r in
                             [*ref.trials.values(), *ref.timed.values()]), default=0)
         if not per_call:
             return

@@ -278,7 +278,8 @@ class TrainConfig:
     reward: where candidates are judged (RewardConfig: the local pool, a Ray cluster, or a reward
         service at a URL).
     cold_start: how a `scratch` Coder is made (kernelzero.train.cold_start.ColdStartConfig).
-    eval: keyword arguments of kernelzero.eval.EvalConfig (`max_workers: auto`: all cores but two).
+    eval: keyword arguments of kernelzero.eval.EvalConfig (`max_workers: auto`: all cores but two);
+        its `runtime` section holds those of kernelzero.eval.RuntimeConfig.
     """
 
     name: str = "run"
@@ -342,16 +343,18 @@ class TrainConfig:
             raise ValueError(f"eval section: {e}") from None
 
     def eval_config(self):
-        """The `eval` section as an EvalConfig. On cuda, unless the section sets `spares`, the
-        spare pool holds one worker per candidate and task of a Coder step, started ahead so
+        """The `eval` section as an EvalConfig. On cuda, unless the section sets `runtime.spares`,
+        the spare pool holds one worker per candidate and task of a Coder step, started ahead so
         that process starts stay out of the batch (on the H200 a 30-worker batch judged in 9.3-9.5 s
         with 30 spares and 14.4-16.1 s with 18: docs/perf.md); each spare holds a
         CUDA context and library handles (roughly 0.5-1 GB of GPU memory; an estimate)."""
         from kernelzero.eval import EvalConfig
         cfg = EvalConfig(**self.eval_kwargs())
-        if cfg.device == "cuda" and "spares" not in self.eval:
+        runtime = self.eval.get("runtime") or {}
+        spares_set = "spares" in runtime if isinstance(runtime, dict) else runtime.spares is not None
+        if cfg.device == "cuda" and not spares_set:
             c = self.coder
-            cfg.spares = max(cfg.spare_pool_size, (c.group_size + 1) * c.prompts_per_step)
+            cfg.runtime.spares = max(cfg.spare_pool_size, (c.group_size + 1) * c.prompts_per_step)
         return cfg
 
     def eval_kwargs(self) -> dict:

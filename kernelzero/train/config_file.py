@@ -81,6 +81,8 @@ def from_dict(data: dict) -> TrainConfig:
     _check_types(TrainConfig, {k: v for k, v in data.items() if k not in sections}, "")
     for name, cls in sections.items():
         _check_types(cls, data.get(name) or {}, f"{name}.")
+    if isinstance(data.get("eval"), dict):
+        _check_eval_types(data["eval"])
     kw = dict(data)
     for name, cls in sections.items():
         if name in kw:
@@ -95,23 +97,41 @@ _KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "
 _SCIENTIFIC = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)[eE][+-]?\d+$")
 
 
+def _check_eval_types(section: dict) -> None:
+    """The `eval` section against EvalConfig's fields, its `runtime` section included (`max_workers:
+    auto` is TrainConfig.eval_kwargs's to resolve). EvalConfig names the keys it does not know."""
+    from kernelzero.eval import EvalConfig
+
+    checked = {k: v for k, v in section.items() if not (k == "max_workers" and v == "auto")}
+    _check_types(EvalConfig, checked, "eval.")
+    section.update(checked)
+
+
 def _check_types(cls, data: dict, where: str) -> None:
     """Each value of a config section against its field's type: YAML gives `4.5` for an int
     field, `"abc"` for a seed or `"no"` (a string, so true) for a flag, and none of these should
     run. An int passes where a float is wanted. One conversion: YAML 1.1 (PyYAML) reads `1e-5`,
-    with no decimal point, as a string; where a number is wanted it is the number it spells."""
+    with no decimal point, as a string; where a number is wanted it is the number it spells.
+    A section given for a dataclass field is checked against that class in turn; keys the class
+    lacks are left to the caller or the class to name."""
     hints = typing.get_type_hints(cls)
     for key, value in data.items():
+        if key not in hints:
+            continue
         if isinstance(value, str) and _SCIENTIFIC.match(value) and _fits(0.5, hints[key]):
             data[key] = value = float(value)
         if not _fits(value, hints[key]):
             raise ValueError(f"{where}{key}={value!r}: expected {_describe(hints[key])}")
+        if dataclasses.is_dataclass(hints[key]) and isinstance(value, dict):
+            _check_types(hints[key], value, f"{where}{key}.")
 
 
 def _fits(value, hint) -> bool:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is typing.Any:
         return True
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
     if origin in (typing.Union, types.UnionType):
         return any(_fits(value, a) for a in args)
     if hint is type(None):
@@ -134,6 +154,10 @@ def _fits(value, hint) -> bool:
 
 def _describe(hint) -> str:
     args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if dataclasses.is_dataclass(hint):
+        return "a section (a mapping of keys)"
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return " or ".join("null" if a is type(None) else _describe(a) for a in args)
     if typing.get_origin(hint) is tuple:

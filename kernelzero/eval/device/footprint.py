@@ -19,7 +19,7 @@ From those figures, what each process holds at its peak while one trial runs (tr
 - the judge: its copies of the outputs of the trials one request returns, and the comparison's
   scratch (bounded: compare.py compares large tensors in chunks);
 - the reference outputs the judge keeps for a task (every trial's; a task whose outputs would
-  take more than `EvalConfig.reference_store_mb` is streamed instead, one trial at a time from a
+  take more than `RuntimeConfig.reference_store_mb` is streamed instead, one trial at a time from a
   reference worker of the candidate's own: evaluator.py).
 """
 from __future__ import annotations

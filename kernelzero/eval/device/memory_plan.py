@@ -1,5 +1,5 @@
 """MemoryPlan: how much device memory each part of a judgement is admitted for, and how a task's
-trials are run to stay within it (EvalConfig's memory knobs; figures from footprint.py).
+trials are run to stay within it (RuntimeConfig's memory knobs; figures from footprint.py).
 
 - `budget_bytes`: what the judge plans into (memory_gate.MemoryGate's capacity).
 - `slots`: trials per `run` request, so that the outputs one request returns (held by the
@@ -33,9 +33,9 @@ class MemoryPlan:
     def measures(self) -> bool:
         """Whether reference loads measure the task's footprint (footprint.measure: FakeTensorMode
         costs 0.3-3 s a process): on cuda, or on the CPU where a budget or a store limit asks."""
-        c = self.cfg
-        return c.device == "cuda" or c.memory_budget_mb is not None \
-            or c.reference_store_mb is not None
+        rt = self.cfg.runtime
+        return self.cfg.device == "cuda" or rt.memory_budget_mb is not None \
+            or rt.reference_store_mb is not None
 
     def admit(self, nbytes: int, what: str) -> Grant:
         """A grant of `nbytes` from the gate, whose capacity is the budget (read at first use)."""
@@ -56,31 +56,31 @@ class MemoryPlan:
 
     def describe_need(self, fp: Footprint, peak: int | None = None) -> str:
         """What running a task's reference takes, for a message."""
-        need = fp.worker_bytes(1, copies=False) + self.cfg.worker_overhead_mb * MiB
+        need = fp.worker_bytes(1, copies=False) + self.cfg.runtime.worker_overhead_mb * MiB
         text = f"the reference needs ~{gib(need)}: {fp.describe()}"
         if peak:
             text += f"; it held {gib(peak)} when it ran out"
         return text
 
     def budget_bytes(self) -> int | None:
-        """EvalConfig.memory_budget_mb, or on cuda the memory free now (read once) less the
+        """RuntimeConfig.memory_budget_mb, or on cuda the memory free now (read once) less the
         margin and the spares' overhead; None (no limit) on the CPU."""
-        cfg = self.cfg
-        if cfg.memory_budget_mb is not None:
-            return cfg.memory_budget_mb * MiB
-        if cfg.device != "cuda":
+        rt = self.cfg.runtime
+        if rt.memory_budget_mb is not None:
+            return rt.memory_budget_mb * MiB
+        if self.cfg.device != "cuda":
             return None
         if not self._measured:
             import torch
             free = torch.cuda.mem_get_info()[0]
-            self._budget = max(0, free - (cfg.memory_margin_mb
-                                          + self.spares * cfg.worker_overhead_mb) * MiB)
+            self._budget = max(0, free - (rt.memory_margin_mb
+                                          + self.spares * rt.worker_overhead_mb) * MiB)
             self._measured = True
         return self._budget
 
     def store_limit(self) -> int | None:
-        if self.cfg.reference_store_mb is not None:
-            return self.cfg.reference_store_mb * MiB
+        if self.cfg.runtime.reference_store_mb is not None:
+            return self.cfg.runtime.reference_store_mb * MiB
         budget = self.budget_bytes()
         return None if budget is None else budget // 8
 
@@ -92,12 +92,12 @@ class MemoryPlan:
     def slots(self, fp: Footprint, n: int) -> int:
         if not fp.output_bytes:
             return max(1, n)
-        return max(1, min(n, (self.cfg.stream_chunk_mb * MiB) // fp.output_bytes))
+        return max(1, min(n, (self.cfg.runtime.stream_chunk_mb * MiB) // fp.output_bytes))
 
     def reference_bytes(self, fp: Footprint, outputs: int, streamed: bool) -> int:
         """A reference run: its worker, and the outputs the judge keeps (cached tasks) or
         looks at in place one trial at a time (streamed ones)."""
-        overhead = self.cfg.worker_overhead_mb * MiB
+        overhead = self.cfg.runtime.worker_overhead_mb * MiB
         if streamed:
             return fp.worker_bytes(1, copies=False) + overhead
         return (fp.worker_bytes(self.slots(fp, outputs), copies=False)
@@ -107,9 +107,10 @@ class MemoryPlan:
         """A candidate's judgement: its worker (its trials' and its timed calls' outputs held
         as copies), the judge's copies and comparison scratch, and for a streamed task the
         reference worker beside it."""
-        cfg, overhead = self.cfg, self.cfg.worker_overhead_mb * MiB
+        rt = self.cfg.runtime
+        overhead = rt.worker_overhead_mb * MiB
         held = max(1 if streamed else self.slots(fp, trials), checked)
-        need = (fp.worker_bytes(held) + fp.judge_bytes(held, cfg.stream_chunk_mb * MiB)
+        need = (fp.worker_bytes(held) + fp.judge_bytes(held, rt.stream_chunk_mb * MiB)
                 + overhead)
         if streamed:
             need += fp.worker_bytes(1, copies=False) + overhead
@@ -117,11 +118,11 @@ class MemoryPlan:
 
     def reserve_bytes(self, fp: Footprint, granted: int) -> int:
         """What a worker takes from the driver before its GPU phases (reserve.py)."""
-        cfg = self.cfg
-        if not cfg.load_reserve_factor or cfg.device != "cuda":
+        rt = self.cfg.runtime
+        if not rt.load_reserve_factor or self.cfg.device != "cuda":
             return 0
-        cap = min(cfg.load_reserve_max_mb * MiB, granted)
+        cap = min(rt.load_reserve_max_mb * MiB, granted)
         if fp.input_bytes > cap:  # the inputs could not come from it: it would only add to them
             return 0
-        want = int(cfg.load_reserve_factor * fp.input_bytes) + fp.weight_bytes
+        want = int(rt.load_reserve_factor * fp.input_bytes) + fp.weight_bytes
         return min(want, cap)

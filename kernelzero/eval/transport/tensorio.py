@@ -134,8 +134,8 @@ def decode(desc, path: str | os.PathLike, _buf: list | None = None, mapped=None)
                 raise DecodeError(
                     f"shared CUDA output could not be opened: {str(e).splitlines()[0]} (the "
                     "judge could not map the worker's GPU memory: a failure of this machine's "
-                    "jail or driver as likely as of the module; EvalConfig.transfer='host' "
-                    "avoids CUDA IPC)") from None
+                    "jail or driver as likely as of the module; "
+                    "EvalConfig.runtime.transfer='host' avoids CUDA IPC)") from None
             return TensorOut(t, device=str(desc.get("device")), exact_type=bool(desc.get("exact_type")),
                              instance_attrs=list(desc.get("instance_attrs") or []))
         itemsize = torch.empty((), dtype=dt).element_size()

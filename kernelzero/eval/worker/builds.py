@@ -33,9 +33,9 @@ MAX_TOTAL_BYTES = 4 << 30
 
 
 def compile_jobs(cfg) -> int:
-    """EvalConfig.compile_jobs, or the host's cores shared among max_workers judgements."""
-    if cfg.compile_jobs:
-        return cfg.compile_jobs
+    """RuntimeConfig.compile_jobs, or the host's cores shared among max_workers judgements."""
+    if cfg.runtime.compile_jobs:
+        return cfg.runtime.compile_jobs
     return max(1, (os.cpu_count() or 1) // max(1, cfg.max_workers))
 
 

@@ -162,7 +162,7 @@ class Worker:
                     warm_cuda_libraries(self.torch)
                 elif cuda and stage == "dry_run":
                     self._dry_run(cmd.get("transfer", "ipc"))
-                    # EvalConfig.spare_reserve_mb: kept by this process's caching allocator
+                    # RuntimeConfig.spare_reserve_mb: kept by this process's caching allocator
                     hand_to_allocator(self.torch, int(cmd.get("reserve_mb", 0)) << 20)
             except Exception:  # noqa: BLE001 - a warm-up miss only costs time later
                 pass
@@ -350,7 +350,7 @@ class Worker:
 
     def _ensure_pool(self) -> None:
         from kernelzero.eval.transport.cuda_ipc import output_pool
-        if self._pool_wanted and self._share_pool is None:  # EvalConfig.ipc_output_pool
+        if self._pool_wanted and self._share_pool is None:  # RuntimeConfig.ipc_output_pool
             self._pool_wanted, self._share_pool = False, output_pool(self.torch)
 
     def _write(self, name: str, obj, sizes_arena: bool = False) -> dict:
