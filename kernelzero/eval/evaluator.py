@@ -355,7 +355,6 @@ class Evaluator:
     def _judge_in_worker(self, task: Task, cand: Candidate, backend: str) -> Verdict:
         """Load (import, compile, construct) the candidate while the reference is computed
         elsewhere, then judge it against the reference (judgement.py)."""
-        cfg = self.config
         t_take = time.perf_counter()
         try:
             w = self.spares.take("cand")
@@ -363,78 +362,109 @@ class Evaluator:
             return Verdict(status="runtime_error", backend=backend,
                            reason=f"could not start a sandbox worker: {e}")
         reference = self.references.get(task)  # started now, it runs while this one loads
-        oracle: StreamedReference | None = None
         with w.released():
             self._live.add(w)
-            cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
-            Path(cand_path).write_text(cand.source, encoding="utf-8")
-            # The worker's own copy of the reference: nothing a candidate writes can change what
-            # another worker imports.
-            task_path = os.path.join(w.dir, f"task_{task.hash}.py")
-            Path(task_path).write_text(task.source, encoding="utf-8")
-            judgement = None
-            arena = SharedMappings()  # the worker's arena, mapped while it is judged
+            paths = _write_sources(w, task, cand)
+            held = _Held(w)
             # take_s: waiting for a worker (seconds when no spare was ready and one had to start)
             phases: dict[str, float] = {"take_s": time.perf_counter() - t_take}
             try:
-                t0 = time.perf_counter()
-                info = w.request({"op": "load", "role": "candidate", "task_path": task_path,
-                                  "candidate_path": cand_path, "device": cfg.device,
-                                  "transfer": cfg.transfer_mode,
-                                  **self.builds.load_fields(w, cand.hash),
-                                  "init_seed": 0, **cfg.load_options()},
-                                 cfg.load_timeout_s)
-                phases["load_s"] = time.perf_counter() - t0
-                ref = reference.outputs()
-                if not ref.ok:
-                    return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
-                if not info.get("ok"):
-                    return Verdict(status=worker_status(info.get("status")), backend=backend,
-                                   reason=_loading_reason(info), log_tail=w.log_tail())
-                self.builds.keep(w, cand.hash)
-                phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
-                if ref.streamed:  # its reference runs beside it (reference.StreamedReference)
-                    oracle = StreamedReference(task.source, cfg, self.spares.take)
-                    self._live.add(oracle.w)
-                    problem = oracle.start()
-                    if problem:
-                        return Verdict(status="invalid_task", reason=problem, backend=backend)
-                judgement = CandidateJudgement(self, w, reference, ref, backend, phases, oracle)
-                v = judgement.run(arena)
-                v.memory = judgement.memory
-                v.log_tail = w.log_tail()
-                v.phases_s = {k: round(x, 4) for k, x in phases.items()}
-                return v
+                return self._load_and_judge(task, cand, backend, held, reference, paths, phases)
             except WorkerTimeout:
-                phase = judgement.phase if judgement else "load"
-                limit = cfg.load_timeout_s if phase == "load" else cfg.run_timeout_s
+                limit = self.config.load_timeout_s if held.phase == "load" \
+                    else self.config.run_timeout_s
                 return Verdict(status="timeout", backend=backend, log_tail=w.log_tail(),
-                               reason=f"the candidate did not finish {_GERUND[phase]} within "
-                                      f"{limit:g} s; its process group was killed")
+                               reason=f"the candidate did not finish {_GERUND[held.phase]} "
+                                      f"within {limit:g} s; its process group was killed")
             except WorkerDied as e:
-                phase = judgement.phase if judgement else "load"
-                if e.exit_code == 0:  # ended itself before the checks could finish
-                    return Verdict(status="rejected", backend=backend, flags=["harness_exit"],
-                                   log_tail=w.log_tail(),
-                                   reason=f"while {_GERUND[phase]}, the candidate ended its own "
-                                          "process (exit code 0) before the checks finished")
-                return Verdict(status="runtime_error", backend=backend, log_tail=w.log_tail(),
-                               reason=f"while {_GERUND[phase]}, {e}")
+                return _died_verdict(e, held.phase, w, backend)
             except (DecodeError, KeyError, TypeError, ValueError) as e:
                 return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                                reason=f"the candidate's outputs could not be read: {e}")
             finally:
-                arena.clear()  # unmapped before the worker is killed
-                grant = judgement.grant if judgement is not None else None
-                big = grant is not None and grant.nbytes >= WAIT_EXIT_BYTES
-                if oracle is not None:
-                    self._live.discard(oracle.w)
-                    oracle.close(wait=big)
-                if big:
-                    w.close(wait=True)  # their memory back before the grant goes
-                self._live.discard(w)
-                if grant is not None:
-                    grant.release()
+                self._release(held)
+
+    def _load_and_judge(self, task: Task, cand: Candidate, backend: str, held: _Held, reference,
+                        paths: dict, phases: dict[str, float]) -> Verdict:
+        """Load the candidate in `held.worker`, wait for its task's reference outputs (or start
+        the reference beside it, for a streamed task), then judge it; `phases` gains the
+        loading and the waiting. Worker failures propagate (see _judge_in_worker)."""
+        cfg, w = self.config, held.worker
+        t0 = time.perf_counter()
+        info = w.request({"op": "load", "role": "candidate", **paths, "device": cfg.device,
+                          "transfer": cfg.transfer_mode, **self.builds.load_fields(w, cand.hash),
+                          "init_seed": 0, **cfg.load_options()},
+                         cfg.load_timeout_s)
+        phases["load_s"] = time.perf_counter() - t0
+        ref = reference.outputs()
+        if not ref.ok:
+            return Verdict(status="invalid_task", reason=ref.reason, backend=backend)
+        if not info.get("ok"):
+            return Verdict(status=worker_status(info.get("status")), backend=backend,
+                           reason=_loading_reason(info), log_tail=w.log_tail())
+        self.builds.keep(w, cand.hash)
+        phases["reference_wait_s"] = time.perf_counter() - t0 - phases["load_s"]
+        if ref.streamed:  # its reference runs beside it (reference.StreamedReference)
+            held.oracle = StreamedReference(task.source, cfg, self.spares.take)
+            self._live.add(held.oracle.w)
+            problem = held.oracle.start()
+            if problem:
+                return Verdict(status="invalid_task", reason=problem, backend=backend)
+        held.judgement = CandidateJudgement(self, w, reference, ref, backend, phases, held.oracle)
+        v = held.judgement.run(held.arena)
+        v.memory = held.judgement.memory
+        v.log_tail = w.log_tail()
+        v.phases_s = {k: round(x, 4) for k, x in phases.items()}
+        return v
+
+    def _release(self, held: _Held) -> None:
+        """After a judgement, whatever became of it: the arena unmapped before the worker is
+        killed, and a large grant released only once its workers' memory is back."""
+        held.arena.clear()
+        grant = held.judgement.grant if held.judgement is not None else None
+        big = grant is not None and grant.nbytes >= WAIT_EXIT_BYTES
+        if held.oracle is not None:
+            self._live.discard(held.oracle.w)
+            held.oracle.close(wait=big)
+        if big:
+            held.worker.close(wait=True)  # their memory back before the grant goes
+        self._live.discard(held.worker)
+        if grant is not None:
+            grant.release()
+
+
+@dataclass
+class _Held:
+    """What one candidate's judgement holds, for the judge to release after it."""
+
+    worker: SandboxWorker
+    arena: SharedMappings = field(default_factory=SharedMappings)  # mapped while it is judged
+    judgement: CandidateJudgement | None = None
+    oracle: StreamedReference | None = None  # a streamed task's reference, run beside it
+
+    @property
+    def phase(self) -> str:
+        return self.judgement.phase if self.judgement else "load"
+
+
+def _write_sources(w: SandboxWorker, task: Task, cand: Candidate) -> dict:
+    """The candidate's source, and the worker's own copy of the reference's (nothing a candidate
+    writes can change what another worker imports), in its directory: the `load` paths."""
+    cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
+    Path(cand_path).write_text(cand.source, encoding="utf-8")
+    task_path = os.path.join(w.dir, f"task_{task.hash}.py")
+    Path(task_path).write_text(task.source, encoding="utf-8")
+    return {"task_path": task_path, "candidate_path": cand_path}
+
+
+def _died_verdict(e: WorkerDied, phase: str, w: SandboxWorker, backend: str) -> Verdict:
+    if e.exit_code == 0:  # ended itself before the checks could finish
+        return Verdict(status="rejected", backend=backend, flags=["harness_exit"],
+                       log_tail=w.log_tail(),
+                       reason=f"while {_GERUND[phase]}, the candidate ended its own "
+                              "process (exit code 0) before the checks finished")
+    return Verdict(status="runtime_error", backend=backend, log_tail=w.log_tail(),
+                   reason=f"while {_GERUND[phase]}, {e}")
 
 
 _GERUND = {"load": "loading", "run": "running", "time": "timing"}

@@ -13,6 +13,7 @@ trial at a time beside its candidate, comparing each trial's outputs in place be
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import weakref
@@ -23,6 +24,7 @@ from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.transport.cuda_ipc import SharedMappings
 from kernelzero.eval.device.footprint import Footprint
 from kernelzero.eval.device.gpu_lock import gpu_lock_for
+from kernelzero.eval.device.memory_gate import Grant
 from kernelzero.eval.device.memory_plan import MemoryPlan
 from kernelzero.eval.sandbox.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
 from kernelzero.eval.schedule import Schedule, Trial
@@ -164,8 +166,8 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
     except (WorkerDied, WorkerTimeout) as e:
         return ReferenceRun(False, f"could not start a sandbox worker: {e}")
     phases["take_s"] = time.perf_counter() - t0
-    grant = None
-    with w.released():
+    # `unless_kept` releases the run's memory grant, unless the run keeps it (its outputs)
+    with w.released(), contextlib.ExitStack() as unless_kept:
         try:
             info = load_module(w, task_source, cfg, init_seed,
                                footprint=plan is not None and plan.measures())
@@ -176,99 +178,147 @@ def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_wo
             phases["load_s"] = time.perf_counter() - t0 - phases["take_s"]
             fp = Footprint.from_dict(info.get("footprint"))
             streamed = plan is not None and cached and plan.streamed(fp, len(trials))
-            slots = 1 if streamed else (plan.slots(fp, len(trials)) if plan else len(trials))
+            grant = None
             if plan is not None:
-                t1 = time.perf_counter()
-                grant = plan.admit(plan.reference_bytes(fp, len(trials), streamed), "reference")
-                phases["memory_wait_s"] = time.perf_counter() - t1
+                grant = unless_kept.enter_context(_admit(plan, fp, len(trials), streamed, phases))
                 reserve(w, cfg, plan.reserve_bytes(fp, grant.nbytes), phases)
-            t1 = time.perf_counter()
-            with gpu_lock_for(cfg.device, shared=True, what="ref_run"):  # a GPU, not a quiet one
-                phases["gpu_wait_s"] = time.perf_counter() - t1
-                t1 = time.perf_counter()
-                info = w.request({"op": "build", "init_seed": init_seed}, cfg.load_timeout_s)
-                if not info.get("ok"):
-                    return ReferenceRun(False, f"the reference failed to build: {info.get('reason')}",
-                                        log_tail=w.log_tail())
-                run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
-                                   schedule=schedule, footprint=fp, streamed=streamed)
-                phases["build_s"] = time.perf_counter() - t1
-                results, replies = [], []
-                in_place = plan.in_place_bytes() if plan is not None else 0
-                for at in range(0, len(trials), slots):
-                    reply = w.request({"op": "run", "reuse": False, "return_inputs": want_inputs,
-                                       "trials": [t.as_dict() for t in trials[at:at + slots]],
-                                       "share_in_place_bytes": in_place, "trim": streamed},
-                                      cfg.run_timeout_s * 2)
-                    if not reply.get("ok"):
-                        return ReferenceRun(False, "the reference failed to run: "
-                                            + reference_failure(reply, fp, plan),
-                                            log_tail=w.log_tail(), footprint=fp)
-                    t2 = time.perf_counter()
-                    mapped = SharedMappings(copy=not streamed)
-                    part = decode_trials(w, reply, want_inputs, mapped)
-                    if streamed:  # what the outputs say about the task; then they go
-                        part = [_summary(r) for r in part]
-                    mapped.clear()
-                    phases["decode_s"] = phases.get("decode_s", 0.0) + time.perf_counter() - t2
-                    phases["decode_map_s"] = phases.get("decode_map_s", 0.0) + mapped.map_s
-                    results += part
-                    replies.append(reply)
-                phases["build_run_s"] = time.perf_counter() - t1
-                phases.update(worker_breakdown({"trials": [t for r in replies for t in r["trials"]]}))
-            run.phases_s = phases
-            run.peak_mem_bytes = max((r.get("peak_mem_bytes") or 0 for r in replies), default=0) or None
-            run.forward_peak_bytes = max((r.get("forward_peak_bytes") or 0 for r in replies),
-                                         default=0) or None
-            if results:
-                out_bytes = _nbytes(results[0].outputs) if not streamed else results[0].out_bytes
-                run.io_bytes = int(replies[0]["trials"][0].get("input_bytes", 0)) + out_bytes
-                run.footprint = fp.with_measured(run.forward_peak_bytes, out_bytes)
-            n_corr = len(schedule.correctness)
-            for t, r in zip(trials[:n_corr], results[:n_corr]):
-                # Hardening inputs only count where the reference itself stays finite.
-                if t.dist == "task" or r.finite:
-                    run.trials[t] = r
-            for idx, r in zip(schedule.checked, results[n_corr:n_corr + len(schedule.checked)]):
-                run.timed[idx] = r
-            for t, r in zip(trials[n_corr + len(schedule.checked):],
-                            results[n_corr + len(schedule.checked):]):
-                run.trials[t] = r
+            run, results = _build_and_run(w, cfg, schedule, trials, fp, streamed, plan,
+                                          init_seed, want_inputs, phases)
+            if not run.ok:
+                return run
             if publish is not None:
                 publish(run)
             if time_it:
-                t1 = time.perf_counter()
-                with gpu_lock_for(cfg.device, what="ref_time"):  # timing: the GPU to itself
-                    t0 = time.perf_counter()
-                    phases["timing_wait_s"] = t0 - t1
-                    reply, loop_wall_ms = time_settled(w, cfg, schedule, run.l2_bytes,
-                                                       late_counts=False)
-                    run.timing, run.timing_details = _timing(reply), timing_details(reply)
-                    if run.timing:
-                        run.time_wall_ms_per_call = loop_wall_ms / timed_calls(reply, run.timing)
-                    if cfg.compile_baseline:
-                        run.compile_timing = _timing(time_module(w, cfg, schedule, run.l2_bytes,
-                                                                 compile_=True, late_counts=False))
-                    phases["timing_s"] = time.perf_counter() - t0
+                _time_reference(w, cfg, run, phases)
             run.log_tail = w.log_tail()
             if grant is not None:  # what stays: the outputs the judge keeps, held with the run
-                if grant.nbytes >= WAIT_EXIT_BYTES:
-                    w.close(wait=True)  # its memory back before the grant shrinks
-                grant.keep(0 if streamed or not cached else fp.stored_bytes(len(results)))
-                weakref.finalize(run, grant.release)
-                grant = None
+                _keep_with(run, grant, w, 0 if streamed or not cached
+                           else fp.stored_bytes(len(results)))
+                unless_kept.pop_all()
             return run
-        except WorkerTimeout:
-            return ReferenceRun(False, "the reference did not finish within its time limit",
-                                log_tail=w.log_tail())
-        except WorkerDied as e:
-            return ReferenceRun(False, f"the reference crashed: {e}", log_tail=w.log_tail())
-        except (DecodeError, KeyError, TypeError, ValueError) as e:
-            return ReferenceRun(False, f"the reference returned unusable outputs: {e}",
-                                log_tail=w.log_tail())
-        finally:
-            if grant is not None:
-                grant.release()
+        except (WorkerTimeout, WorkerDied, DecodeError, KeyError, TypeError, ValueError) as e:
+            return _failed_run(e, w)
+
+
+def _admit(plan: MemoryPlan, fp: Footprint, outputs: int, streamed: bool, phases: dict) -> Grant:
+    """The run's memory grant from the plan (waited for: `memory_wait_s`)."""
+    t1 = time.perf_counter()
+    grant = plan.admit(plan.reference_bytes(fp, outputs, streamed), "reference")
+    phases["memory_wait_s"] = time.perf_counter() - t1
+    return grant
+
+
+def _build_and_run(w: SandboxWorker, cfg: EvalConfig, schedule: Schedule, trials: list[Trial],
+                   fp: Footprint, streamed: bool, plan: MemoryPlan | None, init_seed: int,
+                   want_inputs: bool, phases: dict) -> tuple[ReferenceRun, list[TrialResult]]:
+    """Under the GPU lock (shared): build the reference on the device and run every trial, as
+    many a request as the plan allows. The run with its trials' results filled in, and those
+    results in trial order; or a failed run (and no results)."""
+    slots = 1 if streamed else (plan.slots(fp, len(trials)) if plan else len(trials))
+    in_place = plan.in_place_bytes() if plan is not None else 0
+    t1 = time.perf_counter()
+    with gpu_lock_for(cfg.device, shared=True, what="ref_run"):  # a GPU, not a quiet one
+        phases["gpu_wait_s"] = time.perf_counter() - t1
+        t1 = time.perf_counter()
+        info = w.request({"op": "build", "init_seed": init_seed}, cfg.load_timeout_s)
+        if not info.get("ok"):
+            return ReferenceRun(False, f"the reference failed to build: {info.get('reason')}",
+                                log_tail=w.log_tail()), []
+        run = ReferenceRun(True, gpu=info.get("gpu"), l2_bytes=info.get("l2_bytes"),
+                           schedule=schedule, footprint=fp, streamed=streamed)
+        phases["build_s"] = time.perf_counter() - t1
+        results, replies = [], []
+        for at in range(0, len(trials), slots):
+            reply = w.request({"op": "run", "reuse": False, "return_inputs": want_inputs,
+                               "trials": [t.as_dict() for t in trials[at:at + slots]],
+                               "share_in_place_bytes": in_place, "trim": streamed},
+                              cfg.run_timeout_s * 2)
+            if not reply.get("ok"):
+                return ReferenceRun(False, "the reference failed to run: "
+                                    + reference_failure(reply, fp, plan),
+                                    log_tail=w.log_tail(), footprint=fp), []
+            results += _decode_part(w, reply, want_inputs, streamed, phases)
+            replies.append(reply)
+        phases["build_run_s"] = time.perf_counter() - t1
+        phases.update(worker_breakdown({"trials": [t for r in replies for t in r["trials"]]}))
+    run.phases_s = phases
+    _record(run, trials, results, replies)
+    return run, results
+
+
+def _decode_part(w: SandboxWorker, reply: dict, want_inputs: bool, streamed: bool,
+                 phases: dict) -> list[TrialResult]:
+    """One `run` reply's trials, decoded (for a streamed task, only what the outputs say)."""
+    t2 = time.perf_counter()
+    mapped = SharedMappings(copy=not streamed)
+    part = decode_trials(w, reply, want_inputs, mapped)
+    if streamed:  # what the outputs say about the task; then they go
+        part = [_summary(r) for r in part]
+    mapped.clear()
+    phases["decode_s"] = phases.get("decode_s", 0.0) + time.perf_counter() - t2
+    phases["decode_map_s"] = phases.get("decode_map_s", 0.0) + mapped.map_s
+    return part
+
+
+def _record(run: ReferenceRun, trials: list[Trial], results: list[TrialResult],
+            replies: list[dict]) -> None:
+    """The results into `run`: correctness and hardening trials (a hardening trial only where
+    the reference stays finite), the checked timed calls, then any extra trials; with the
+    run's peak memory, one call's I/O bytes and its measured footprint."""
+    schedule, fp = run.schedule, run.footprint
+    run.peak_mem_bytes = max((r.get("peak_mem_bytes") or 0 for r in replies), default=0) or None
+    run.forward_peak_bytes = max((r.get("forward_peak_bytes") or 0 for r in replies),
+                                 default=0) or None
+    if results:
+        out_bytes = _nbytes(results[0].outputs) if not run.streamed else results[0].out_bytes
+        run.io_bytes = int(replies[0]["trials"][0].get("input_bytes", 0)) + out_bytes
+        run.footprint = fp.with_measured(run.forward_peak_bytes, out_bytes)
+    n_corr, n_checked = len(schedule.correctness), len(schedule.checked)
+    for t, r in zip(trials[:n_corr], results[:n_corr]):
+        # Hardening inputs only count where the reference itself stays finite.
+        if t.dist == "task" or r.finite:
+            run.trials[t] = r
+    for idx, r in zip(schedule.checked, results[n_corr:n_corr + n_checked]):
+        run.timed[idx] = r
+    for t, r in zip(trials[n_corr + n_checked:], results[n_corr + n_checked:]):
+        run.trials[t] = r
+
+
+def _time_reference(w: SandboxWorker, cfg: EvalConfig, run: ReferenceRun, phases: dict) -> None:
+    """Time the reference with the GPU to itself (its calls' own times: `late_counts` false),
+    and torch.compile's baseline where asked."""
+    t1 = time.perf_counter()
+    with gpu_lock_for(cfg.device, what="ref_time"):  # timing: the GPU to itself
+        t0 = time.perf_counter()
+        phases["timing_wait_s"] = t0 - t1
+        reply, loop_wall_ms = time_settled(w, cfg, run.schedule, run.l2_bytes, late_counts=False)
+        run.timing, run.timing_details = _timing(reply), timing_details(reply)
+        if run.timing:
+            run.time_wall_ms_per_call = loop_wall_ms / timed_calls(reply, run.timing)
+        if cfg.compile_baseline:
+            run.compile_timing = _timing(time_module(w, cfg, run.schedule, run.l2_bytes,
+                                                     compile_=True, late_counts=False))
+        phases["timing_s"] = time.perf_counter() - t0
+
+
+def _keep_with(run: ReferenceRun, grant: Grant, w: SandboxWorker, kept_bytes: int) -> None:
+    """Shrink the run's grant to the outputs the judge keeps, released when the run goes (a
+    large one only once the worker's memory is back)."""
+    if grant.nbytes >= WAIT_EXIT_BYTES:
+        w.close(wait=True)  # its memory back before the grant shrinks
+    grant.keep(kept_bytes)
+    weakref.finalize(run, grant.release)
+
+
+def _failed_run(e: Exception, w: SandboxWorker) -> ReferenceRun:
+    """The run a worker's failure ends in (a timeout, a crash, or outputs that cannot be read)."""
+    if isinstance(e, WorkerTimeout):
+        return ReferenceRun(False, "the reference did not finish within its time limit",
+                            log_tail=w.log_tail())
+    if isinstance(e, WorkerDied):
+        return ReferenceRun(False, f"the reference crashed: {e}", log_tail=w.log_tail())
+    return ReferenceRun(False, f"the reference returned unusable outputs: {e}",
+                        log_tail=w.log_tail())
 
 
 def load_module(w: SandboxWorker, task_source: str, cfg: EvalConfig, init_seed: int,

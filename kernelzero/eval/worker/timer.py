@@ -104,134 +104,183 @@ def l2_reset_function():
 def time_calls(worker, cmd: dict) -> dict:
     """The `time` command: `worker` holds the built model, its inputs and the primitives.
     Exceptions propagate (the worker turns them into a failed reply)."""
-    torch, prim = worker.torch, worker.primitives
-    t_command = prim["clock"]()
-    model = torch.compile(worker.model) if cmd.get("compile") else worker.model
-    seeds, checked = cmd["seeds"], set(cmd.get("checked", []))
-    min_n, max_n = int(cmd["min_trials"]), min(int(cmd["max_trials"]), len(seeds))
-    rel_spread, budget = float(cmd["rel_spread"]), float(cmd["budget_s"])
-    # The stopping rule waits until every checked call, and one unchecked call after them, ran,
-    # and until MIN_SYNCED unchecked calls were followed by a synchronize (a loop that stops
-    # early synchronises more often).
-    first_stop = max(min_n, max(checked, default=-1) + 2)
-    p_sync = max(1.0 / max(1, int(cmd.get("sync_every", SYNC_EVERY))), MIN_SYNCED / first_stop)
-    flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
-                        device=worker.device)
-    host_ms, warm_n = warm_up(worker, model, seeds, int(cmd.get("warmup", 3)),
-                              float(cmd.get("warmup_ms", 0.0)))
-    prim["sync"]()
-    stream = prim["stream"]()
-    rate = spin_cycles_per_ms(prim, stream)
-    lead_ms = lead_ms_for(host_ms[1:] or host_ms) if rate else 0.0
+    t_command = worker.primitives["clock"]()
+    loop = TimedLoop(worker, cmd)
+    loop.calibrate()
+    loop.run()
+    return loop.reply(t_command)
 
-    def new_event():
-        return prim["Event"](enable_timing=True)
 
-    # a host waiting for a start event sleeps (see the docstring: busy hosts)
-    starts = [prim["Event"](enable_timing=True, blocking=True) for _ in range(max_n)]
-    ends = [new_event() for _ in range(max_n)]
-    probe = new_event(), new_event()
-    flush_ms = flush_gpu_ms(prim, stream, flush, *probe)  # events made here are never timed
-    latency = sync_latency_ms(prim, stream, flush, *probe)
-    afters: dict[int, object] = {}  # synchronised call -> its event after the synchronize
-    pick = random.SystemRandom()    # which calls are synchronised: not derivable from the seeds
-    allocs = _allocator_counts(torch, worker.device)
-    launch_bound, same_address, spins, l2_reset_s, outputs = 0, 0, [], 0.0, {}
-    # unchecked synchronised call -> (its gap, ms its host thread waited for a CPU meanwhile)
-    sampled: dict[int, tuple[float, float]] = {}
-    covered = False  # whether queued GPU work lies ahead of the next call (then no spin)
-    t_done: list[float] = []  # the times of the calls up to the last synchronised one
+class TimedLoop:
+    """One `time` command: its calibration (warm-up, spin rate, launch lead, flush time and
+    synchronize latency), the pipelined loop of timed calls (the module docstring), and the
+    reply built from the events the loop recorded."""
 
-    def settled() -> bool:  # enough calls and gaps seen for the stopping rule to apply
-        return n >= first_stop and len(sampled) >= MIN_SYNCED and (
-            len(sampled) >= SETTLE_SYNCED or not _late(_gaps(sampled, _evidence(sampled)),
-                                                        t_done, latency))
+    def __init__(self, worker, cmd: dict):
+        self.worker, self.torch, self.prim = worker, worker.torch, worker.primitives
+        torch = self.torch
+        self.model = torch.compile(worker.model) if cmd.get("compile") else worker.model
+        self.cmd, self.seeds, self.checked = cmd, cmd["seeds"], set(cmd.get("checked", []))
+        self.min_n = int(cmd["min_trials"])
+        self.max_n = min(int(cmd["max_trials"]), len(self.seeds))
+        self.rel_spread, self.budget = float(cmd["rel_spread"]), float(cmd["budget_s"])
+        # The stopping rule waits until every checked call, and one unchecked call after them, ran,
+        # and until MIN_SYNCED unchecked calls were followed by a synchronize (a loop that stops
+        # early synchronises more often).
+        self.first_stop = max(self.min_n, max(self.checked, default=-1) + 2)
+        self.p_sync = max(1.0 / max(1, int(cmd.get("sync_every", SYNC_EVERY))),
+                          MIN_SYNCED / self.first_stop)
+        self.flush = torch.empty(int(cmd.get("flush_bytes", 256 * 2**20)) // 4, dtype=torch.int32,
+                                 device=worker.device)
+        self.afters: dict[int, object] = {}  # synchronised call -> its event after the synchronize
+        self.pick = random.SystemRandom()  # which calls are synchronised: not from the seeds
+        self.launch_bound, self.same_address, self.spins, self.l2_reset_s = 0, 0, [], 0.0
+        self.outputs: dict[str, dict] = {}
+        # unchecked synchronised call -> (its gap, ms its host thread waited for a CPU meanwhile)
+        self.sampled: dict[int, tuple[float, float]] = {}
+        self.covered = False  # whether queued GPU work lies ahead of the next call (then no spin)
+        self.t_done: list[float] = []  # the times of the calls up to the last synchronised one
+        self.n = 0  # calls queued so far
 
-    args = worker.make_inputs(int(seeds[0]))
-    seen = _addresses(torch, args)
-    t_start, n = prim["clock"](), 0
-    while n < max_n:
-        i = n
+    def calibrate(self) -> None:
+        """Warm up, then measure what the loop needs: the GPU's spin rate, the launch lead, the
+        time of one L2 flush and the latency of a synchronize; make the events."""
+        prim, cmd = self.prim, self.cmd
+        self.host_ms, self.warm_n = warm_up(self.worker, self.model, self.seeds,
+                                            int(cmd.get("warmup", 3)),
+                                            float(cmd.get("warmup_ms", 0.0)))
+        prim["sync"]()
+        self.stream = prim["stream"]()
+        self.rate = spin_cycles_per_ms(prim, self.stream)
+        self.lead_ms = lead_ms_for(self.host_ms[1:] or self.host_ms) if self.rate else 0.0
+        # a host waiting for a start event sleeps (see the docstring: busy hosts)
+        self.starts = [prim["Event"](enable_timing=True, blocking=True) for _ in range(self.max_n)]
+        self.ends = [self._event() for _ in range(self.max_n)]
+        probe = self._event(), self._event()
+        self.flush_ms = flush_gpu_ms(prim, self.stream, self.flush, *probe)  # never timed events
+        self.latency = sync_latency_ms(prim, self.stream, self.flush, *probe)
+
+    def _event(self):
+        return self.prim["Event"](enable_timing=True)
+
+    def _settled(self) -> bool:
+        """Whether enough calls and gaps were seen for the stopping rule to apply."""
+        return self.n >= self.first_stop and len(self.sampled) >= MIN_SYNCED and (
+            len(self.sampled) >= SETTLE_SYNCED
+            or not _late(_gaps(self.sampled, _evidence(self.sampled)), self.t_done, self.latency))
+
+    def run(self) -> None:
+        """Queue call after call until the stopping rule, the budget or max_trials ends it."""
+        prim, torch, worker = self.prim, self.torch, self.worker
+        self.allocs = _allocator_counts(torch, worker.device)
+        args = worker.make_inputs(int(self.seeds[0]))
+        seen = _addresses(torch, args)
+        self.t_start = prim["clock"]()
+        while self.n < self.max_n:
+            i = self.n
+            out = self._queue_call(i, args)
+            if i in self.checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
+                self.outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
+            self.n = i + 1
+            last = self.n == self.max_n or (
+                self._settled() and prim["clock"]() - self.t_start > self.budget)
+            if last or self.pick.random() < _sync_chance(self.p_sync, self.sampled,
+                                                         self.max_n - self.n):
+                self._synchronize(i)
+            # This call's inputs are dropped before the next are drawn (same blocks, new values);
+            # the draw is queued behind the call's end event, and the GPU runs it there.
+            out = args = None
+            if last or (i in self.afters and self._settled()
+                        and spread_ok(self.t_done, self.rel_spread)):
+                break
+            args = worker.make_inputs(int(self.seeds[self.n]))
+            now = _addresses(torch, args)
+            self.same_address += bool(now) and now <= seen
+            seen |= now
+        prim["sync"]()
+        self.loop_ms = 1e3 * (prim["clock"]() - self.t_start)
+
+    def _queue_call(self, i: int, args):
+        """Queue call `i` between its events, behind a spin where nothing queued covers its
+        launch; note whether the GPU reached it before the host was done launching it."""
+        prim = self.prim
         if prim["l2_reset"] is not None:
             t = prim["clock"]()
             prim["l2_reset"]()  # persisting-L2 lines would survive the flush
-            l2_reset_s += prim["clock"]() - t
+            self.l2_reset_s += prim["clock"]() - t
         t_launch = prim["clock"]()
-        if covered and prim["query"](ends[i - 1]):
-            covered = False  # the GPU caught up: at most this call's draw is ahead of it
-        spin_ms = max(0.0, lead_ms - flush_ms) if not covered and rate else 0.0
-        spins.append(spin_ms)
+        if self.covered and prim["query"](self.ends[i - 1]):
+            self.covered = False  # the GPU caught up: at most this call's draw is ahead of it
+        spin_ms = max(0.0, self.lead_ms - self.flush_ms) if not self.covered and self.rate else 0.0
+        self.spins.append(spin_ms)
         if spin_ms > 0:  # the GPU spins, then flushes, while the host launches the call
-            prim["gpu_sleep"](int(rate * spin_ms))
-        flush.zero_()
-        with torch.no_grad():
-            prim["record"](starts[i], stream)
-            out = model(*args)
-            prim["record"](ends[i], stream)
+            prim["gpu_sleep"](int(self.rate * spin_ms))
+        self.flush.zero_()
+        with self.torch.no_grad():
+            prim["record"](self.starts[i], self.stream)
+            out = self.model(*args)
+            prim["record"](self.ends[i], self.stream)
         launch_ms = 1e3 * (prim["clock"]() - t_launch)
-        covered = not prim["query"](starts[i])
-        if not covered:
+        self.covered = not prim["query"](self.starts[i])
+        if not self.covered:
             # The GPU passed the start event before (or just as) the host finished queueing
             # the call, so this time can include launch latency (never less than the true
             # time: kept). Cover the next calls with a spin.
-            launch_bound += 1
-            lead_ms = max(lead_ms, lead_ms_for([launch_ms]))
-        if i in checked:  # a stream-ordered copy, before any synchronize (see Worker.run)
-            outputs[str(i)] = worker._write(f"timed_{i}.bin", out)
-        n = i + 1
-        last = n == max_n or (settled() and prim["clock"]() - t_start > budget)
-        if last or pick.random() < _sync_chance(p_sync, sampled, max_n - n):
-            afters[i] = new_event()
-            delay = prim["run_delay"]()
-            # asleep while the call has more than SPIN_MS to go (by the fastest call so far) ...
-            overslept = _sleep_into(prim, starts[i], ends[i], min(t_done, default=0.0))
-            prim["sync"]()  # ... then everything queued so far, on every stream, is done
-            prim["record"](afters[i], stream)
-            waited = math.inf if overslept else prim["run_delay"]() - delay
-            covered = False
-            prim["ev_sync"](afters[i])  # at once: the GPU has nothing else left
-            t_done += [prim["elapsed"](starts[k], ends[k]) for k in range(len(t_done), n)]
-            if i not in checked:
-                sampled[i] = (prim["elapsed"](starts[i], afters[i]) - t_done[i], waited)
-        # This call's inputs are dropped before the next are drawn (same blocks, new values);
-        # the draw is queued behind the call's end event, and the GPU runs it there.
-        out = args = None
-        if last or (i in afters and settled() and spread_ok(t_done, rel_spread)):
-            break
-        args = worker.make_inputs(int(seeds[n]))
-        now = _addresses(torch, args)
-        same_address += bool(now) and now <= seen
-        seen |= now
-    prim["sync"]()
-    loop_ms = 1e3 * (prim["clock"]() - t_start)
-    t_stream = [prim["elapsed"](starts[k], ends[k]) for k in range(n)]
-    t_after = {k: prim["elapsed"](starts[k], ev) for k, ev in afters.items()}
-    evidence = _evidence(sampled)
-    gap = statistics.median(_gaps(sampled, evidence)) if evidence else 0.0
-    late = _late(_gaps(sampled, evidence), t_stream, latency)
-    waits = [w for _, w in sampled.values()]
-    # Work that outlived its call is only seen after a synchronize: then only those calls count.
-    times = [max(t_stream[k], t_after[k] - latency) for k in evidence] \
-        if late and cmd.get("late_counts", True) else t_stream
-    between = [prim["elapsed"](ends[k - 1], starts[k]) for k in range(1, n) if k - 1 not in afters]
-    after_allocs = _allocator_counts(torch, worker.device)
-    return {"ok": True, "times_ms": times, "outputs": outputs, "work_after_stream": late,
-            "host_busy": late and len(evidence) > sum(map(_undisturbed, waits)),
-            "warmup_calls": warm_n, "launch_lead_cycles": int(rate * lead_ms),
-            "launch_lead_ms": lead_ms, "spin_ms_median": statistics.median(spins),
-            "spun_calls": sum(s > 0 for s in spins), "synced_calls": len(afters),
-            "between_calls_ms": statistics.median(between) if between else None,
-            "flush_ms": flush_ms, "l2_reset_ms": 1e3 * l2_reset_s,
-            "launch_bound_calls": launch_bound, "same_address_calls": same_address,
-            "allocator_calls": {k: after_allocs[k] - allocs[k] for k in allocs},
-            "sync_latency_ms": latency, "after_stream_gap_ms": gap,
-            "disturbed_syncs": sum(not _undisturbed(w) for w in waits),
-            "run_delay_ms_max": max((w for w in waits if w < math.inf), default=0.0),
-            "calls": n, "loop_ms": loop_ms,
-            # the whole command in the worker (warm-up and calibration too): what the judge's
-            # timing_s holds beyond it is the request's round trip
-            "command_ms": 1e3 * (prim["clock"]() - t_command),
-            "overhead_ms_per_call": loop_ms / n - statistics.median(times)}
+            self.launch_bound += 1
+            self.lead_ms = max(self.lead_ms, lead_ms_for([launch_ms]))
+        return out
+
+    def _synchronize(self, i: int) -> None:
+        """Synchronise the device after call `i`, record the event after it, and read the
+        calls' times so far and (for an unchecked call) its gap and its host's wait for a CPU."""
+        prim, starts, ends = self.prim, self.starts, self.ends
+        self.afters[i] = self._event()
+        delay = prim["run_delay"]()
+        # asleep while the call has more than SPIN_MS to go (by the fastest call so far) ...
+        overslept = _sleep_into(prim, starts[i], ends[i], min(self.t_done, default=0.0))
+        prim["sync"]()  # ... then everything queued so far, on every stream, is done
+        prim["record"](self.afters[i], self.stream)
+        waited = math.inf if overslept else prim["run_delay"]() - delay
+        self.covered = False
+        prim["ev_sync"](self.afters[i])  # at once: the GPU has nothing else left
+        self.t_done += [prim["elapsed"](starts[k], ends[k])
+                        for k in range(len(self.t_done), self.n)]
+        if i not in self.checked:
+            self.sampled[i] = (prim["elapsed"](starts[i], self.afters[i]) - self.t_done[i], waited)
+
+    def reply(self, t_command: float) -> dict:
+        """The `time` command's reply: the times that count, and the loop's diagnostics."""
+        prim, n, sampled, starts = self.prim, self.n, self.sampled, self.starts
+        t_stream = [prim["elapsed"](starts[k], self.ends[k]) for k in range(n)]
+        t_after = {k: prim["elapsed"](starts[k], ev) for k, ev in self.afters.items()}
+        evidence = _evidence(sampled)
+        gap = statistics.median(_gaps(sampled, evidence)) if evidence else 0.0
+        late = _late(_gaps(sampled, evidence), t_stream, self.latency)
+        waits = [w for _, w in sampled.values()]
+        # Work that outlived its call is only seen after a synchronize: then only those calls count.
+        times = [max(t_stream[k], t_after[k] - self.latency) for k in evidence] \
+            if late and self.cmd.get("late_counts", True) else t_stream
+        between = [prim["elapsed"](self.ends[k - 1], starts[k]) for k in range(1, n)
+                   if k - 1 not in self.afters]
+        after_allocs = _allocator_counts(self.torch, self.worker.device)
+        spins = self.spins
+        return {"ok": True, "times_ms": times, "outputs": self.outputs, "work_after_stream": late,
+                "host_busy": late and len(evidence) > sum(map(_undisturbed, waits)),
+                "warmup_calls": self.warm_n, "launch_lead_cycles": int(self.rate * self.lead_ms),
+                "launch_lead_ms": self.lead_ms, "spin_ms_median": statistics.median(spins),
+                "spun_calls": sum(s > 0 for s in spins), "synced_calls": len(self.afters),
+                "between_calls_ms": statistics.median(between) if between else None,
+                "flush_ms": self.flush_ms, "l2_reset_ms": 1e3 * self.l2_reset_s,
+                "launch_bound_calls": self.launch_bound, "same_address_calls": self.same_address,
+                "allocator_calls": {k: after_allocs[k] - self.allocs[k] for k in self.allocs},
+                "sync_latency_ms": self.latency, "after_stream_gap_ms": gap,
+                "disturbed_syncs": sum(not _undisturbed(w) for w in waits),
+                "run_delay_ms_max": max((w for w in waits if w < math.inf), default=0.0),
+                "calls": n, "loop_ms": self.loop_ms,
+                # the whole command in the worker (warm-up and calibration too): what the judge's
+                # timing_s holds beyond it is the request's round trip
+                "command_ms": 1e3 * (prim["clock"]() - t_command),
+                "overhead_ms_per_call": self.loop_ms / n - statistics.median(times)}
 
 
 def _sleep_into(prim, start, end, call_ms: float) -> bool:
