@@ -2,8 +2,9 @@
 
 - `local`: the `Evaluator` in this process, judging in sandboxed workers on this machine.
 - `ray`: `RayPool` (ray_pool.py), the same evaluator in Ray actors (one per GPU) on every node
-  of a cluster; which actor gets a candidate: ray_placement.py; how many workers each actor is
-  told to expect: ray_hints.py. Ray is imported only when this kind is asked for.
+  of a cluster; the actors themselves: ray_actors.py; which actor gets a candidate:
+  ray_placement.py; how many workers each actor is told to expect: ray_hints.py. Ray is
+  imported only when this kind is asked for.
 
 Here: `make_pool` picks a pool by kind, `pool_kind(pool)` names one ("local", "ray"), and
 `warm_up_in_background` (warm_up.py) starts a pool's spare workers before its first batch.

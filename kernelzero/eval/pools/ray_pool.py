@@ -12,13 +12,11 @@ verdicts (the caller's `on_verdict` does that), or starting a multi-node cluster
 or the head's address). Every node needs kernelzero installed in the same Python as Ray.
 
 How the work is placed:
-- On CUDA: one actor per GPU of the cluster. Each claims one unit of `gpu_resource` ("GPU": Ray
-  sets its CUDA_VISIBLE_DEVICES for its whole life) and judges up to `runs_per_gpu` candidates at
-  once with one Evaluator: their start-up, imports and compiles (`load_inline`, Triton) overlap
-  on the node's CPUs, while the evaluator's GPU lock lets one of them at a time run its trials or
-  its timing on the GPU. Actors, not one-shot tasks, because the evaluator keeps state worth
-  keeping (reference outputs and timings, started spare workers, CUDA IPC handles opened in the
-  judge process, which ties that process to one GPU for its life).
+- The judges are Ray actors, each holding a warm Evaluator (`kernelzero.eval.pools.ray_actors`).
+- On CUDA: one actor per GPU of the cluster. Each claims one unit of `gpu_resource` and judges up
+  to `runs_per_gpu` candidates at once with one Evaluator: their start-up, imports and compiles
+  (`load_inline`, Triton) overlap on the node's CPUs, while the evaluator's GPU lock lets one of
+  them at a time run its trials or its timing on the GPU.
 - On CPU: one actor per node (`actors` overrides), judging `max_workers` candidates at once.
 - Task affinity (`kernelzero.eval.pools.ray_placement`): an actor caches the reference of each task
   it judges, so a free slot takes the first queued candidate of a task its actor was given, else the
@@ -47,8 +45,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
-import os
 import threading
 import time
 from concurrent.futures import Future, wait, FIRST_COMPLETED
@@ -56,7 +52,8 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.pools.ray_hints import HINT_GROUP, BatchHints
+from kernelzero.eval.pools.ray_actors import JudgeActors, default_evaluator_factory
+from kernelzero.eval.pools.ray_hints import BatchHints
 from kernelzero.eval.pools.ray_placement import TaskAffinity, choose
 from kernelzero.eval.verdict import Verdict
 
@@ -141,48 +138,6 @@ class RayPoolError(RuntimeError):
                          f"#{first}: {failures[first]}")
 
 
-# ---------------------------------------------------------------------------------------------
-# The actor: lives on one node (and one GPU), holds one evaluator.
-
-def default_evaluator_factory(cfg: EvalConfig):
-    from kernelzero.eval import Evaluator
-    from kernelzero.eval.pools.warm_up import warm_up_in_background
-    ev = Evaluator(cfg)
-    warm_up_in_background(ev)
-    return ev
-
-
-class JudgeActor:
-    """One warm evaluator on one node; `judge` is called from several actor threads at once."""
-
-    def __init__(self, factory: Callable, cfg: EvalConfig):
-        import ray
-
-        ctx = ray.get_runtime_context()
-        self.where = {"node_id": ctx.get_node_id(), "pid": os.getpid(),
-                      "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
-                      "resources": dict(ctx.get_assigned_resources())}
-        self.ev = factory(cfg)
-
-    def ready(self) -> dict:
-        return self.where
-
-    def warm_up(self, timeout_s: float) -> int:
-        return self.ev.warm_up(timeout_s) if hasattr(self.ev, "warm_up") else 0
-
-    def expect(self, takes: int | None) -> None:
-        """About `takes` workers will be taken by this evaluator until the next hint (None: no
-        batch in progress); see `SparePool.expect`. Evaluators without a spare pool ignore it."""
-        spares = getattr(self.ev, "spares", None)
-        if hasattr(spares, "expect"):
-            spares.expect(takes)
-
-    def judge(self, task, cand) -> tuple[Verdict, dict]:
-        started = time.time()
-        verdict = self.ev.judge(task, cand)
-        return verdict, {**self.where, "started": started, "ended": time.time()}
-
-
 @dataclass
 class _Job:
     pair: tuple
@@ -190,19 +145,6 @@ class _Job:
     attempts: int = 0
     task_hash: str = ""  # pair[0].hash, hashed once: placement reads it often
 
-
-@dataclass
-class _Actor:
-    handle: object
-    slots: int
-    ready: bool = False
-    busy: int = 0
-    where: dict = dataclasses.field(default_factory=dict)
-    created: float = dataclasses.field(default_factory=time.time)
-
-
-# ---------------------------------------------------------------------------------------------
-# The driver side.
 
 class RayPool:
     """Judge candidates on a Ray cluster; same API as `Evaluator` (see the module docstring)."""
@@ -217,7 +159,6 @@ class RayPool:
         self.ray_config = rc = ray_config or RayPoolConfig()
         if address is not None:
             rc.address = address
-        self._factory = evaluator_factory or default_evaluator_factory
         self._ray = ray = import_ray()
         self._owns_ray = False
         if not ray.is_initialized():
@@ -225,15 +166,14 @@ class RayPool:
             self._owns_ray = True
         self._gpu = rc.claims_gpus(config)
         self._slots = (rc.runs_per_gpu or config.max_workers) if self._gpu else config.max_workers
-        self._actor_cfg = dataclasses.replace(config, max_workers=self._slots)
-        self._actor_cls = ray.remote(concurrency_groups={HINT_GROUP: 1})(JudgeActor)
+        self._judges = JudgeActors(ray, evaluator_factory or default_evaluator_factory,
+                                   dataclasses.replace(config, max_workers=self._slots),
+                                   self._slots, claim=rc.gpu_resource if self._gpu else None,
+                                   cpus=rc.cpus_per_actor, count=rc.actors)
         self._cond = threading.Condition()
         self._queue: collections.deque[_Job] = collections.deque()
-        self._actors: dict[int, _Actor] = {}
-        self._ids = itertools.count()
         self._inflight: dict = {}   # ObjectRef -> (job, actor id)
         self._affinity = TaskAffinity()  # task hash -> actors given a candidate of it
-        self._starting: dict = {}   # ObjectRef of ready() -> actor id
         self._start_failures = 0    # actor starts failed in a row (reset by one that works)
         self._start_error = ""
         self._stalled_since: float | None = None  # queue waiting with no ready actor, since
@@ -245,47 +185,20 @@ class RayPool:
         self.placements: collections.deque[dict] = collections.deque(maxlen=10_000)
         self._closed = False
         self._broken: str | None = None
-        if self._desired_actors() < 1:
+        if self._judges.desired() < 1:
             raise RuntimeError(
                 f"the Ray cluster offers 0 of resource {rc.gpu_resource!r}, and every judge "
                 f"claims one: start the nodes with GPUs (`ray start --num-gpus N`, or "
                 f"`--resources` for a custom name), or judge on CPU")
-        self._scale()
+        self._judges.scale()
         self._thread = threading.Thread(target=self._loop, name="kz-raypool", daemon=True)
         self._thread.start()
 
     # -- actors ------------------------------------------------------------------------------
-    def _desired_actors(self) -> int:
-        rc, ray = self.ray_config, self._ray
-        if self._gpu:
-            return int(ray.cluster_resources().get(rc.gpu_resource, 0) + 1e-6)
-        if rc.actors is not None:
-            return rc.actors
-        return max(1, sum(1 for n in ray.nodes() if n.get("Alive")))
-
-    def _scale(self) -> None:
-        """Start actors until there are as many as the cluster has room for."""
-        rc = self.ray_config
-        opts = {"num_cpus": rc.cpus_per_actor, "max_concurrency": self._slots,
-                "max_restarts": 0, "scheduling_strategy": "SPREAD"}
-        if self._gpu:
-            opts.update({"num_gpus": 1} if rc.gpu_resource == "GPU"
-                        else {"resources": {rc.gpu_resource: 1}})
-        while len(self._actors) < self._desired_actors():
-            handle = self._actor_cls.options(**opts).remote(self._factory, self._actor_cfg)
-            aid = next(self._ids)
-            self._actors[aid] = _Actor(handle, self._slots)
-            self._starting[handle.ready.remote()] = aid
-
     def _drop_actor(self, aid: int) -> None:
-        actor = self._actors.pop(aid, None)
         self._affinity.forget_actor(aid)
-        if actor is not None:
+        if self._judges.drop(aid):
             self._stats["actors_lost"] += 1
-            try:
-                self._ray.kill(actor.handle)
-            except Exception:  # already gone with its node
-                pass
 
     # -- the scheduler thread ----------------------------------------------------------------
     def _loop(self) -> None:
@@ -306,18 +219,18 @@ class RayPool:
         while True:
             with self._cond:
                 while not self._closed and not self._queue and not self._inflight \
-                        and not self._starting:
+                        and not self._judges.starting:
                     self._cond.wait(1.0)
                     self._hints.collect()
                 if self._closed:
                     return
                 self._assign()
                 self._hints.collect()
-                refs = list(self._inflight) + list(self._starting)
+                refs = list(self._inflight) + list(self._judges.starting)
             if time.time() - last_scan > self.ray_config.rescan_s:
                 last_scan = time.time()
                 with self._cond:
-                    self._scale()
+                    self._judges.scale()
                     self._check_stalled()
             if not refs:
                 time.sleep(0.05)
@@ -328,7 +241,7 @@ class RayPool:
 
     def _assign(self) -> None:
         """Fill the ready actors' free slots from the queue (placement: the module docstring)."""
-        free = {aid: a.slots - a.busy for aid, a in self._actors.items() if a.ready}
+        free = {aid: a.slots - a.busy for aid, a in self._judges.by_id.items() if a.ready}
         while self._queue:
             picked = choose((j.task_hash for j in self._queue), free, self._affinity.holders)
             if picked is None:
@@ -336,7 +249,7 @@ class RayPool:
             i, aid = picked
             job = self._queue[i]
             del self._queue[i]
-            actor = self._actors[aid]
+            actor = self._judges.by_id[aid]
             ref = actor.handle.judge.remote(*job.pair)
             self._inflight[ref] = (job, aid)
             actor.busy += 1
@@ -346,7 +259,7 @@ class RayPool:
     def _check_stalled(self) -> None:
         """Fail the queue when no actor can start: after start_timeout_s without a ready actor,
         or after max_start_failures failed starts in a row (replacements would fail the same)."""
-        if not self._queue or any(a.ready for a in self._actors.values()):
+        if not self._queue or any(a.ready for a in self._judges.by_id.values()):
             self._stalled_since = None
             return
         now = time.time()
@@ -367,33 +280,19 @@ class RayPool:
         from ray import exceptions as rex
 
         with self._cond:
-            if ref in self._starting:
-                aid = self._starting.pop(ref)
-                try:
-                    where = self._ray.get(ref)
-                except rex.RayError as e:
-                    self._drop_actor(aid)  # could not start (its node went away): try again
-                    self._start_failures += 1
-                    self._start_error = _first_line(e)
-                    self._check_stalled()
-                    if self._queue:
-                        self._scale()
-                    return
-                self._start_failures = 0
-                if aid in self._actors:
-                    self._actors[aid].ready, self._actors[aid].where = True, where
-                    self._hints.actor_ready(self._actors[aid].handle, len(self._ready()))
+            if ref in self._judges.starting:
+                self._started(ref)
                 return
             job, aid = self._inflight.pop(ref)
-            if aid in self._actors:
-                self._actors[aid].busy -= 1
+            if aid in self._judges.by_id:
+                self._judges.by_id[aid].busy -= 1
         try:
             verdict, placement = self._ray.get(ref)
         except (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError,
                 rex.ObjectLostError, rex.LocalRayletDiedError) as e:
             with self._cond:
                 self._drop_actor(aid)
-                self._scale()
+                self._judges.scale()
                 self._retry(job, e)
             return
         except rex.RayTaskError as e:
@@ -413,6 +312,28 @@ class RayPool:
                                     "task_hash": job.task_hash})
         job.future.set_result(verdict)
 
+    def _started(self, ref) -> None:
+        """An actor's `ready()` answered (the caller holds self._cond): it is ready, or it could
+        not start and another is tried."""
+        from ray import exceptions as rex
+
+        aid = self._judges.starting.pop(ref)
+        try:
+            where = self._ray.get(ref)
+        except rex.RayError as e:
+            self._drop_actor(aid)  # could not start (its node went away): try again
+            self._start_failures += 1
+            self._start_error = _first_line(e)
+            self._check_stalled()
+            if self._queue:
+                self._judges.scale()
+            return
+        self._start_failures = 0
+        actor = self._judges.by_id.get(aid)
+        if actor is not None:
+            actor.ready, actor.where = True, where
+            self._hints.actor_ready(actor.handle, len(self._judges.ready()))
+
     def _retry(self, job: _Job, error: BaseException) -> None:
         job.attempts += 1
         if job.attempts > self.ray_config.max_retries:
@@ -431,10 +352,6 @@ class RayPool:
                     f"({type(error).__name__}); the candidate may kill its judge"),
             flags=["worker_lost"], backend=cand.resolved_backend(), device=self.config.device,
             policy=self.config.policy, task_hash=task.hash, candidate_hash=cand.hash)
-
-    def _ready(self) -> list:
-        """The ready actors' handles (the caller holds self._cond)."""
-        return [a.handle for a in self._actors.values() if a.ready]
 
     # -- the evaluator API -------------------------------------------------------------------
     def judge(self, task, cand) -> Verdict:
@@ -457,7 +374,7 @@ class RayPool:
         pending = {j.future for j in jobs}
         takes = len(jobs) + len({j.task_hash for j in jobs})  # this batch's, not yet delivered
         with self._cond:
-            self._hints.begin(takes, self._ready())  # before queuing: before its first takes
+            self._hints.begin(takes, self._judges.ready())  # before queuing: before its first takes
             self._queue.extend(jobs)
             self._cond.notify_all()
         try:
@@ -480,7 +397,7 @@ class RayPool:
                     for job in jobs:
                         if job.future in pending and job in self._queue:
                             self._queue.remove(job)
-                self._hints.end(takes, self._ready())
+                self._hints.end(takes, self._judges.ready())
         if failures:
             raise RayPoolError(failures)
         return results  # type: ignore[return-value]
@@ -493,7 +410,7 @@ class RayPool:
             with self._cond:
                 if self._broken:
                     raise RuntimeError(self._broken)
-                actors = list(self._actors.values())
+                actors = list(self._judges.by_id.values())
                 if actors and all(a.ready for a in actors):
                     break
             time.sleep(0.1)
@@ -509,7 +426,7 @@ class RayPool:
             actors = [{"id": aid, "ready": a.ready, "busy": a.busy, "slots": a.slots,
                        "tasks": tasks[aid], "node_id": a.where.get("node_id"),
                        "pid": a.where.get("pid"), "gpu_ids": a.where.get("gpu_ids")}
-                      for aid, a in self._actors.items()]
+                      for aid, a in self._judges.by_id.items()]
             state = {"queued": len(self._queue), "in_flight": len(self._inflight),
                      **self._stats, "per_node": dict(self._per_node)}
         return {"kind": self.kind, "broken": self._broken,
@@ -539,12 +456,7 @@ class RayPool:
             if not job.future.done():
                 job.future.set_exception(RuntimeError(
                     "the RayPool was closed while this candidate was being judged"))
-        for aid in list(self._actors):
-            actor = self._actors.pop(aid)
-            try:
-                self._ray.kill(actor.handle)
-            except Exception:
-                pass
+        self._judges.close()
         if self._owns_ray and self._ray.is_initialized():
             self._ray.shutdown()
 

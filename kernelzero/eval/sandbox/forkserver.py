@@ -237,7 +237,7 @@ def zygote_main(sock_fd: int) -> None:
     except ImportError:
         pass
     from kernelzero.eval.transport import tensorio  # noqa: F401
-    from kernelzero.eval.worker import worker  # noqa: F401
+    from kernelzero.eval.worker import process  # noqa: F401 - and worker.py with it
 
     sock = socket.socket(fileno=sock_fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -313,7 +313,7 @@ def _become_worker(req: dict, fds: list[int]) -> None:
         sys.stdin = open(0, "r", buffering=1, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
-        from kernelzero.eval.worker.worker import main
+        from kernelzero.eval.worker.process import main
         main()
         code = 0
     except BaseException:  # noqa: BLE001 - report to the boot log, then die

@@ -39,7 +39,7 @@ from kernelzero.eval.sandbox.worker_uids import NoWorkerUid, WorkerUid, drop_to_
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); "
-        "from kernelzero.eval.worker.worker import main; main()")
+        "from kernelzero.eval.worker.process import main; main()")
 PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
             "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS", "NCCL_NVLS_ENABLE",

@@ -1,7 +1,9 @@
 """The worker: the program that runs inside a sandboxed process, the only place where a
 reference module or a candidate runs.
 
-- worker.py: `Worker` and `main`, one JSON command a line (load, build, run, time, ...);
+- process.py: the worker process's `main`: the private reply channel, rlimits, and the loop of
+  one JSON command a line;
+- worker.py: `Worker`, the commands (load, build, run, time, ...);
 - network.py: the worker's own empty network namespace, made before any untrusted code loads;
 - trials.py: the correctness trials (the `run` command); timer.py: the timed loop (`time`);
 - warm_libraries.py: CUDA libraries made ready in a spare worker;

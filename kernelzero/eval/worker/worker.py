@@ -1,9 +1,6 @@
-"""The sandboxed worker: the only place where a reference module or a candidate runs.
-
-Started by `sandbox.SandboxWorker` as a fresh `python -I` process in a private temp directory with a
-scrubbed environment. It reads one JSON command per line on stdin and answers one JSON line on a
-private copy of the original stdout; the candidate's own prints go to a log file (fd 1 and 2 are
-redirected), so nothing it prints can be mistaken for a reply.
+"""Worker: the commands of a sandboxed worker process, the only place where a reference module
+or a candidate runs. The process around it (its start, the reply channel, the command loop) is
+process.py, which also says what a reply can and cannot be trusted for.
 
 Commands: `load` (import the module file, build the model under a seed; a reference's
 footprint: footprint.py), `reserve` (device memory for the trials, once the judge admitted them:
@@ -12,17 +9,11 @@ cuda_ipc.Arena), `build` (the model to the device), `run` (fresh inputs per seed
 outputs: trials.py), `time` (CUDA-event timing with fresh inputs every call: timer.py), `exit`.
 Commands may ask for `trim`: the caching allocator's unused blocks go back to the driver once the
 command is done (a large task's judgement runs a reference and a candidate side by side).
-
-What this file does NOT defend against: a candidate can, in principle, forge this process's
-replies. The judge therefore trusts only the outputs it compares itself, checks timings for
-plausibility, and treats every claim in a reply as advisory.
 """
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import resource
 import sys
 import time
 import traceback
@@ -33,17 +24,10 @@ from kernelzero.eval.worker.failures import classify, one_line
 from kernelzero.eval.worker.library_share import KernelProfile
 from kernelzero.eval.device.footprint import measure, warm_fake_mode
 from kernelzero.eval.device.reserve import hand_to_allocator
+from kernelzero.eval.worker.network import network_isolated
 from kernelzero.eval.worker.timer import capture_primitives, l2_reset_function, time_calls
 from kernelzero.eval.worker.trials import run_trials
 from kernelzero.eval.worker.warm_libraries import warm_cuda_libraries
-
-_REPLY = None  # file object on the private reply fd
-
-
-def _reply(obj: dict) -> None:
-    _REPLY.write(json.dumps(obj) + "\n")
-    _REPLY.flush()
-
 
 def _failure(e: BaseException, phase: str) -> dict:
     if isinstance(e, SystemExit):
@@ -294,7 +278,7 @@ class Worker:
         except BaseException as e:  # noqa: BLE001
             return _failure(e, "init")
         loaded = self._loaded
-        info = {"ok": True, "weights_loaded": loaded, "network_isolated": _network_isolated()}
+        info = {"ok": True, "weights_loaded": loaded, "network_isolated": network_isolated()}
         if self.device == "cuda":
             info["gpu"] = torch.cuda.get_device_name()
             props = torch.cuda.get_device_properties(0)
@@ -439,75 +423,3 @@ class Worker:
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": classify(e, "time"), "reason": one_line(e),
                     "detail": traceback.format_exc()[-2000:]}
-
-def _network_isolated() -> bool:
-    """Only loopback in this process's network namespace (asked of the kernel: /sys/class/net in
-    a jail is the host's sysfs)."""
-    try:
-        import socket
-        return sorted(name for _, name in socket.if_nameindex()) == ["lo"]
-    except OSError:
-        return False
-
-
-def _set_limits(cfg: dict) -> None:
-    """rlimits before any untrusted code runs (see docs/threats.md)."""
-    for name, value in cfg.items():
-        res = getattr(resource, name, None)
-        if res is None or value is None:
-            continue
-        try:
-            soft, hard = resource.getrlimit(res)
-            new = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
-            resource.setrlimit(res, (new, new))
-        except (ValueError, OSError):
-            pass
-
-
-def main() -> None:
-    global _REPLY
-    if os.environ.pop("KZ_NO_NETWORK", ""):  # before any candidate code loads (network.py)
-        from kernelzero.eval.worker.network import isolate_network
-        isolate_network()
-    # The reply channel is a private duplicate of stdout; fd 1 and 2 then go to the log file so
-    # that nothing the candidate prints can reach the judge as a reply.
-    reply_fd = os.dup(1)
-    log_fd = os.open("worker.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log_fd, 1)
-    os.dup2(log_fd, 2)
-    os.close(log_fd)
-    _REPLY = os.fdopen(reply_fd, "w", buffering=1)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    cmd_in = sys.stdin
-    limits = json.loads(os.environ.pop("KZ_RLIMITS", "{}") or "{}")
-    _set_limits(limits)
-    worker = Worker()
-    _reply({"ok": True, "ready": True, "pid": os.getpid()})
-    for line in cmd_in:
-        cmd = json.loads(line)
-        op = cmd.get("op")
-        if op == "exit":
-            break
-        handler = {"load": worker.load, "build": worker.build, "run": worker.run,
-                   "time": worker.time, "warm": worker.warm, "arena": worker.arena,
-                   "profile": worker.profile, "reserve": worker.reserve}.get(op)
-        worker.begin_command()
-        if handler is None:
-            _reply({"ok": False, "status": "runtime_error", "reason": f"unknown op {op!r}"})
-            continue
-        try:
-            reply = handler(cmd)
-        except BaseException as e:  # noqa: BLE001 - never die silently on a bad command
-            reply = {"ok": False, "status": "runtime_error", "reason": one_line(e)}
-        if cmd.get("trim"):
-            worker.trim()
-        _reply(reply)
-    # stdin closed: the judge is done with us, or died. Our private directory goes with us.
-    import shutil
-    shutil.rmtree(os.getcwd(), ignore_errors=True)
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()
