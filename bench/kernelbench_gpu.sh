@@ -36,8 +36,8 @@ if [ -z "$KB" ] || [ ! -d "$KB/level1" ]; then  # an empty --kb would load whate
   exit 2
 fi
 RESULTS_FILE=bench/results/kernelbench_identity_h200.json
-# The store as the last session left it (committed, without its key: those records read
-# `other_key` and are kept, flagged): a fresh machine goes on where that one stopped.
+# The store as the last run committed it (bench/results/kb_identity.db, without its key: those
+# records read `other_key` and are kept, flagged): a fresh machine goes on where that run stopped.
 if [ ! -f runs/kb_identity/identity.db ] && [ -f bench/results/kb_identity.db ]; then
   mkdir -p runs/kb_identity && cp bench/results/kb_identity.db runs/kb_identity/identity.db
 fi

@@ -233,7 +233,7 @@ def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path):
 
 
 def test_the_committed_rows_load_gzipped_and_a_sample_is_judged_correct():
-    """data/family-train.jsonl.gz (what GPU sessions train on) loads as SFT rows, and rows drawn
+    """data/family-train.jsonl.gz (what the GPU runs train on) loads as SFT rows, and rows drawn
     from it are what they claim: the module in the prompt, the teacher's kernel as the
     completion, judged `correct` by the CPU evaluator."""
     import random

@@ -8,9 +8,9 @@ Timings first: while any timing waits, new shared holders wait, and they go only
 is left waiting (timings that queue up behind each other run back to back). Each timing needs a
 shared phase before it (its candidate's correctness trials), so the timings' queue drains and
 shared holders are never starved; meanwhile they pile up, and then run side by side in one
-burst. A lock that lets a shared holder in between two queued timings (this lock until the
-eleventh session) spends the GPU in many short bursts of one or two holders, each as long as a
-whole correctness phase, which is mostly host work (docs/history/perf-log.md, eleventh session).
+burst. A lock that let a shared holder in between two queued timings would spend the GPU in many
+short bursts of one or two holders, each as long as a whole correctness phase, which is mostly
+host work (measured on the H200: docs/history/perf-log.md).
 
 Held by the judge (never by a worker, so a candidate cannot hold it), as `fcntl` file locks per
 visible device set, which also order evaluators in other processes on the same machine (several

@@ -4,8 +4,8 @@ A fresh worker's first correctness trial allocates its inputs, their pristine co
 outputs with `cudaMalloc`, and that call is slow while other processes use the GPU: on one H200
 with 8 candidates at once, the first trials' fresh inputs cost 0.8-1.2 s summed over 20
 candidates, against 0.07 s when the memory was already in the worker's caching allocator
-(docs/history/perf-log.md, seventh and eighth sessions). That time is spent holding the GPU lock (shared),
-so every timing waiting for the GPU waits for it too.
+(docs/history/perf-log.md). That time is spent holding the GPU lock (shared), so every timing
+waiting for the GPU waits for it too.
 
 So once the judgement is admitted (memory_gate.py) and before it takes the GPU lock, the judge
 sends the worker a `reserve` command: it asks the caching allocator once for about what the

@@ -67,12 +67,13 @@ class Arena:
     shares (a slice each, in stream order) instead of giving each its own allocation.
 
     Why: every allocation the judge maps is a driver call, and under load those calls take
-    tens to hundreds of milliseconds (docs/history/perf-log.md, ninth session); when they happen inside a
-    GPU-lock hold, every timing waits for them. A candidate's arena is sized from the
-    reference's outputs and mapped by the judge before it takes the GPU lock (the `arena`
-    command, Evaluator._map_arena), so its trials' and timed calls' outputs are then read
-    without any mapping. A reference's arena is made at its first shared output (its size is
-    only known then), so the judge maps it once per reply instead of once per output.
+    tens to hundreds of milliseconds (measured on the H200: docs/history/perf-log.md); when they
+    happen inside a GPU-lock hold, every timing waits for them. A candidate's arena is sized
+    from the reference's outputs and mapped by the judge before it takes the GPU lock (the
+    `arena` command, judgement.CandidateJudgement._map_arena), so its trials' and timed calls'
+    outputs are then read without any mapping. A reference's arena is made at its first shared
+    output (its size is only known then), so the judge maps it once per reply instead of once
+    per output.
 
     Slices are handed out from the start again at every command (`reset`): by then the judge
     has copied everything the last command shared. An output that does not fit falls back to

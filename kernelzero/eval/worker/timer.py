@@ -28,8 +28,8 @@ earlier call. Per call, in stream order:
   synchronize latency (calibrated the same way behind an L2 flush) by LATE_MS or 5% (judged on
   SETTLE_SYNCED gaps before the loop may stop on it), work outlived the call (an unjoined side
   stream, a background thread): the reply says `work_after_stream` and only those calls' times
-  count, each including that work. (The fifth version synchronised after every call, which left
-  the GPU waiting for the host between calls: 0.6-0.85 ms per call on the H200.)
+  count, each including that work. (Not every call is synchronised: that would leave the GPU
+  waiting for the host between calls, 0.6-0.85 ms per call measured on the H200.)
 - A busy host is not work after the call: a gap also holds any time the host thread spent
   waiting for a CPU (other processes ran there) when the GPU finished, and on a host whose
   cores are all busy that read like late work (0.17x-0.44x for identical candidates on the
