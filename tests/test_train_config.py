@@ -43,6 +43,7 @@ def test_presets_leave_seed_tasks_to_train_on(preset):
     ({"eval": {"device": "tpu"}}, "device"),
     ({"eval": {"no_such_knob": 1}}, "eval section"),
     ({"eval": {"runtime": {"spare": 4}}}, r"EvalConfig.runtime: unknown key 'spare'; allowed: "),
+    ({"eval": {"spares": 4, "transfer": "host"}}, r"spares, transfer belong under eval.runtime"),
     ({"reward": {"pool": "foo"}}, "reward.pool"),
     ({"reward": {"ray_address": "auto"}}, "needs reward.pool: ray"),
     ({"reward": {"url": "127.0.0.1:8000"}}, "http://"),

@@ -336,7 +336,11 @@ class TrainConfig:
             raise ValueError(f"sample_backend={self.sample_backend!r}: choose hf or vllm")
         if self.vllm_mode not in ("colocate", "server"):
             raise ValueError(f"vllm_mode={self.vllm_mode!r}: choose colocate or server")
-        from kernelzero.eval import EvalConfig
+        from kernelzero.eval import EvalConfig, RuntimeConfig
+        moved = sorted(set(self.eval) & {f.name for f in dataclasses.fields(RuntimeConfig)})
+        if moved:
+            raise ValueError(f"eval section: {', '.join(moved)} belong under eval.runtime "
+                             f"(e.g. eval: {{runtime: {{{moved[0]}: ...}}}})")
         try:
             EvalConfig(**self.eval_kwargs())
         except TypeError as e:
@@ -346,7 +350,7 @@ class TrainConfig:
         """The `eval` section as an EvalConfig. On cuda, unless the section sets `runtime.spares`,
         the spare pool holds one worker per candidate and task of a Coder step, started ahead so
         that process starts stay out of the batch (on the H200 a 30-worker batch judged in 9.3-9.5 s
-        with 30 spares and 14.4-16.1 s with 18: docs/perf.md); each spare holds a
+        with 30 spares and 14.4-16.1 s with 18: docs/history/perf-log.md); each spare holds a
         CUDA context and library handles (roughly 0.5-1 GB of GPU memory; an estimate)."""
         from kernelzero.eval import EvalConfig
         cfg = EvalConfig(**self.eval_kwargs())
