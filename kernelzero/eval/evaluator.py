@@ -11,22 +11,21 @@ it says "worker":
    lock exclusive); outputs come back as bytes or CUDA IPC and are compared here;
 5. the worker is killed and its directory removed, whatever happened.
 
-Several candidates are judged at once (`max_workers`): their imports, compiles and correctness
-trials overlap, while each timing has the GPU to itself (`GpuLock`: shared for running, exclusive
-for timing). A judgement that runs out of GPU memory beside others is judged again alone
-(`SoloGate`), so a verdict never blames a candidate for its neighbours' memory.
+Several candidates are judged at once (`max_workers`, batch.py): their imports, compiles and
+correctness trials overlap, while each timing has the GPU to itself (`GpuLock`: shared for
+running, exclusive for timing). A judgement that runs out of GPU memory beside others is judged
+again alone (`SoloGate`), so a verdict never blames a candidate for its neighbours' memory.
 """
 from __future__ import annotations
 
 import contextlib
 import gc
 import os
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelzero.eval.batch import JudgingBatch
 from kernelzero.eval.worker.builds import BuildCache
 from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
@@ -150,73 +149,13 @@ class Evaluator:
         return v
 
     def judge_many(self, pairs, on_verdict=None) -> list[Verdict]:
-        """Judge (task, candidate) pairs in parallel; results in the order given.
+        """Judge (task, candidate) pairs in parallel; results in the order given (batch.py:
+        taken task by task, each task's reference computed ahead of its candidates)."""
+        return JudgingBatch(self, list(pairs), on_verdict).run()  # type: ignore[return-value]
 
-        Pairs are taken task by task; a background thread computes the next tasks' references
-        ahead of the candidates that need them (a few tasks ahead, bounded by the reference
-        cache), and a reference stays cached while any candidate of its task is still pending.
-        """
-        pairs = list(pairs)
-        results: list[Verdict | None] = [None] * len(pairs)
-        order = sorted(range(len(pairs)), key=lambda i: pairs[i][0].hash)
-        released: set[int] = set()
-        release_guard = threading.Lock()
-        for t, _ in pairs:
-            self.references.expect(t.hash)
-
-        def release(i):
-            with release_guard:
-                if i in released:
-                    return
-                released.add(i)
-            self.references.release(pairs[i][0].hash)
-
-        def work(i):
-            try:
-                if self.aborted:
-                    return None
-                v = self.judge(*pairs[i])
-                if self.aborted:  # killed mid-judgement: not a real verdict
-                    return None
-                results[i] = v
-                if on_verdict is not None:
-                    on_verdict(i, v)
-                return v
-            finally:
-                release(i)
-
-        done = threading.Event()
-        # Only tasks that some candidate will actually run against need their reference early.
-        runs = [i for i in order if self._static_verdict(
-            pairs[i][0], pairs[i][1], self._backend(pairs[i][1])) is None]
-        tasks = list({pairs[i][0].hash: pairs[i][0] for i in runs}.values())
-        # A batch takes one worker per candidate and one per new task; spares beyond that would
-        # start (CPU- and GPU-heavy) while this batch is judged, for nobody.
-        self.spares.begin_batch(len(runs) + len(tasks))
-        prefetch = threading.Thread(target=self.references.prefetch, daemon=True,
-                                    args=(tasks, lambda: done.is_set() or self.aborted))
-        prefetch.start()
-        pool = ThreadPoolExecutor(max_workers=self.config.max_workers)
-        try:
-            futures = [pool.submit(work, i) for i in order]
-            for f in futures:
-                f.result()
-        except KeyboardInterrupt:  # Ctrl-C: kill every worker now; nothing half-judged is kept
-            self.abort()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        except BaseException:  # a bug in the judge: stop this batch, keep the evaluator usable
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        finally:
-            done.set()
-            self.references.wake()
-            for i in range(len(pairs)):  # futures cancelled before they ran
-                release(i)
-            self.spares.end_batch()
-        pool.shutdown(wait=True)
-        prefetch.join(timeout=1)
-        return results  # type: ignore[return-value]
+    def needs_worker(self, task: Task, cand: Candidate) -> bool:
+        """Whether judging the pair starts a worker (its text alone does not decide the verdict)."""
+        return self._static_verdict(task, cand, self._backend(cand)) is None
 
     def probe_reference(self, task: Task, seeds: list[int], init_seed: int = 0,
                         return_inputs: bool = False, time: bool = False) -> ReferenceProbe:

@@ -44,85 +44,134 @@ def run_trials(worker, cmd: dict, results: list) -> dict:
     for n, trial in enumerate(cmd["trials"]):
         seed, dist = int(trial["seed"]), trial.get("dist", "task")
         index, poke_seed = int(trial.get("index", n)), int(trial.get("poke", 0))
+        tag = f"{n}_{seed}_{dist}.bin"  # names the files this trial writes
         t_in = time.perf_counter()
-        base = worker._base
-        into_base = reuse and base is not None and (index % 2 == 1 or bool(poke_seed))
-        if base is not None and tensor_bytes(torch, base) > COPY_MAX_BYTES:
-            # Too large to hold twice: the old buffers go before the new draw, whether it
-            # writes into them or replaces them (the caching allocator hands the same blocks
-            # to the new draw: the same addresses, new values).
-            worker._base = base = None
-            into_base = False
+        kept = _previous_buffers_kept(worker)
+        into_base = reuse and kept and (index % 2 == 1 or bool(poke_seed))
         try:
             inputs = worker.make_inputs(seed, dist)
         except BaseException as e:  # noqa: BLE001
             return {"ok": False, "status": "input_error", "reason": one_line(e)}
-        if into_base and _same_layout(torch, base, inputs):
-            for b, f in zip(base, inputs):
-                if isinstance(b, torch.Tensor):
-                    b.copy_(f)
-            inputs = list(base)
-        elif reuse:
-            worker._base = base = inputs  # the buffers the next trial writes into
+        inputs = _trial_buffers(worker, inputs, into_base, reuse)
         if poke_seed:
             poke(torch, inputs, poke_seed)
         t_drawn = time.perf_counter()
-        # Unchanged inputs: bitwise against a pristine copy, or, for inputs too large to
-        # copy, two checksums taken before and after the call.
         small = tensor_bytes(torch, inputs) <= COPY_MAX_BYTES
-        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] \
-            if small else [_checksums(torch, x) for x in inputs]
+        pristine = _pristine(torch, inputs, small)
         digest = worker.digest_parts(inputs)  # queued before the forward: the values it gets
         entry = {"seed": seed, "dist": dist, "poke": poke_seed,
-                 "input_bytes": sum(x.numel() * x.element_size() for x in inputs
-                                    if isinstance(x, torch.Tensor))}
+                 "input_bytes": tensor_bytes(torch, inputs)}
         if cmd.get("return_inputs"):
-            entry["inputs"] = worker._write(f"in_{n}_{seed}_{dist}.bin", inputs)
+            entry["inputs"] = worker._write(f"in_{tag}", inputs)
         t0 = time.perf_counter()
-        cuda = worker.device == "cuda"
-        if cuda:  # this forward's own footprint: inputs + what it allocates at its peak
-            held, peak = allocated_bytes(torch)
-            peak_seen = max(peak_seen, peak)
-            torch.cuda.reset_peak_memory_stats()
+        held, peak = _reset_peak(worker)
+        peak_seen = max(peak_seen, peak)
         try:
-            with torch.no_grad():
-                if cmd.get("log_ops") and not results:
-                    out, entry["aten_ops"] = worker._forward_logged(inputs)
-                else:
-                    out = worker.model(*inputs)
-            if cuda:
-                entry["forward_peak_bytes"] = entry["input_bytes"] + allocated_bytes(torch)[1] - held
-            # Copy the outputs to the host in the order of the current stream *before* any
-            # device-wide synchronize: work left running on an unjoined side stream (which
-            # a real consumer of the output would race with) is then caught as wrong values.
-            entry["outputs"] = worker._write(f"out_{n}_{seed}_{dist}.bin", out, sizes_arena=True)
-            worker._sync()
+            out = _forward(worker, inputs, entry, bool(cmd.get("log_ops")) and not results,
+                           f"out_{tag}", held)
         except BaseException as e:  # noqa: BLE001
             return _failed_trial(worker, e, seed)
         entry["wall_ms"] = (time.perf_counter() - t0) * 1e3
         entry["inputs_ms"] = (t0 - t_in) * 1e3  # fresh inputs, their pristine copy, digest
         entry["draw_ms"] = (t_drawn - t_in) * 1e3  # of which the fresh inputs (host time)
         t1 = time.perf_counter()
-        # The digest and the mutation check come back in one transfer (each waits for the
-        # GPU, which other processes' work shares: fewer of them, shorter GPU-lock holds).
-        same = [(i, _same(torch, a, b) if small else _same_checksums(torch, a, b))
-                for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor)]
-        pending = digest + [f for _, f in same if isinstance(f, torch.Tensor)]
-        values = torch.stack([v.to(torch.float64) for v in pending]).tolist() if pending else []
-        entry["input_digest"] = sum(values[:len(digest)])
-        flags = iter(values[len(digest):])
-        mutated = [i for i, f in same if not (next(flags) if isinstance(f, torch.Tensor) else f)]
-        entry["mutated"] = mutated
-        if mutated:
-            entry["inputs_after"] = worker._write(f"inafter_{n}_{seed}_{dist}.bin",
-                                                [inputs[i] for i in mutated])
+        _check_inputs(worker, entry, inputs, pristine, small, digest, f"inafter_{tag}")
         entry["mutation_check_ms"] = (time.perf_counter() - t1) * 1e3
         del out, inputs, pristine
         results.append(entry)
+    return _reply(worker, results, peak_seen)
+
+
+def _previous_buffers_kept(worker) -> bool:
+    """Whether the previous trial's inputs are held for this trial to write into. Inputs too
+    large to hold twice are dropped here, before the new draw, whether it would write into them
+    or replace them (the caching allocator hands the same blocks to the new draw: the same
+    addresses, new values)."""
+    if worker._base is not None and tensor_bytes(worker.torch, worker._base) > COPY_MAX_BYTES:
+        worker._base = None
+    return worker._base is not None
+
+
+def _trial_buffers(worker, fresh: list, into_base: bool, reuse: bool) -> list:
+    """The inputs a trial runs on: the fresh values copied into the previous trial's buffers
+    (`into_base`, where the layouts match), or else the fresh buffers, which a candidate keeps
+    (`reuse`) as the buffers the next trial writes into."""
+    torch, base = worker.torch, worker._base
+    if into_base and _same_layout(torch, base, fresh):
+        for b, f in zip(base, fresh):
+            if isinstance(b, torch.Tensor):
+                b.copy_(f)
+        return list(base)
+    if reuse:
+        worker._base = fresh
+    return fresh
+
+
+def _pristine(torch, inputs: list, small: bool) -> list:
+    """What the mutation check compares the inputs with after the call: a copy of each (compared
+    bitwise), or, for inputs too large to copy, two checksums of each."""
+    if small:
+        return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    return [_checksums(torch, x) for x in inputs]
+
+
+def _reset_peak(worker) -> tuple[int | None, int]:
+    """Before a forward on CUDA: (bytes allocated now, their peak so far), the peak then reset so
+    that what the forward allocates at its own peak can be read after it. (None, 0) on the CPU."""
+    if worker.device != "cuda":
+        return None, 0
+    held, peak = allocated_bytes(worker.torch)
+    worker.torch.cuda.reset_peak_memory_stats()
+    return held, peak
+
+
+def _forward(worker, inputs: list, entry: dict, log_ops: bool, out_name: str, held: int | None):
+    """One forward without grad, its outputs written (or shared) as `out_name`, then a
+    device-wide synchronize; returns the outputs. `entry` gains `aten_ops` (`log_ops`),
+    `forward_peak_bytes` (CUDA, where `held` is the bytes allocated before it: the forward's own
+    footprint is its inputs and what it allocates at its peak) and `outputs`."""
+    torch = worker.torch
+    with torch.no_grad():
+        if log_ops:
+            out, entry["aten_ops"] = worker._forward_logged(inputs)
+        else:
+            out = worker.model(*inputs)
+    if held is not None:
+        entry["forward_peak_bytes"] = entry["input_bytes"] + allocated_bytes(torch)[1] - held
+    # Copy the outputs to the host in the order of the current stream *before* any
+    # device-wide synchronize: work left running on an unjoined side stream (which
+    # a real consumer of the output would race with) is then caught as wrong values.
+    entry["outputs"] = worker._write(out_name, out, sizes_arena=True)
+    worker._sync()
+    return out
+
+
+def _check_inputs(worker, entry: dict, inputs: list, pristine: list, small: bool, digest: list,
+                  after_name: str) -> None:
+    """The input digest and the mutation check: `entry` gains `input_digest`, `mutated` (the
+    positions of the inputs the call changed) and, if any, `inputs_after` (written as
+    `after_name`). Both come back in one transfer: each read waits for the GPU, which other
+    processes' work shares, so fewer reads hold the GPU lock for less."""
+    torch = worker.torch
+    same = [(i, _same(torch, a, b) if small else _same_checksums(torch, a, b))
+            for i, (a, b) in enumerate(zip(inputs, pristine)) if isinstance(a, torch.Tensor)]
+    pending = digest + [f for _, f in same if isinstance(f, torch.Tensor)]
+    values = torch.stack([v.to(torch.float64) for v in pending]).tolist() if pending else []
+    entry["input_digest"] = sum(values[:len(digest)])
+    flags = iter(values[len(digest):])
+    mutated = [i for i, f in same if not (next(flags) if isinstance(f, torch.Tensor) else f)]
+    entry["mutated"] = mutated
+    if mutated:
+        entry["inputs_after"] = worker._write(after_name, [inputs[i] for i in mutated])
+
+
+def _reply(worker, results: list, peak_seen: int) -> dict:
+    """The reply once every trial ran; on CUDA with the peak bytes this process held and the
+    largest forward's own footprint."""
     worker._sync()  # the last copies shared (an arena's carry no event): done before replying
     reply = {"ok": True, "trials": results}
     if worker.device == "cuda":
-        reply["peak_mem_bytes"] = int(max(peak_seen, allocated_bytes(torch)[1]))
+        reply["peak_mem_bytes"] = int(max(peak_seen, allocated_bytes(worker.torch)[1]))
         reply["forward_peak_bytes"] = max((r.get("forward_peak_bytes", 0) for r in results),
                                           default=0)
     return reply
