@@ -137,8 +137,9 @@ def _gone(pid: int) -> bool:
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_workers_get_their_own_network_namespace(tmp_path, method):
     """Both ways of starting a worker leave it without the host's network (where the OS lets
-    root make a namespace). The spawned one does it itself, first thing: the judge no longer
-    forks itself with a `preexec_fn` to do it (slow and GIL-holding for a judge with CUDA)."""
+    root make a namespace). The spawned one does it itself, first thing, so that the judge need
+    not fork itself for a `preexec_fn` to do it (slow, and holding the GIL, for a judge with
+    CUDA)."""
     mine = os.readlink("/proc/self/ns/net")
     if not _can_unshare_network(mine):
         pytest.skip("this machine does not let us make a network namespace (needs root)")

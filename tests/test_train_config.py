@@ -23,7 +23,7 @@ def test_presets_load():
 def test_presets_leave_seed_tasks_to_train_on(preset):
     """The held-out set comes from the same example tasks as the seed tasks: a preset that held
     out all of them would start its first Coder phase with nothing to train on (the proposer's
-    pool is empty then), as single-h200 once did on the device."""
+    pool is empty then). Checked for the CPU preset and the device one alike."""
     from kernelzero.tasks import load_tasks
     from kernelzero.train.loop import EXAMPLE_TASKS
 
