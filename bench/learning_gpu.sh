@@ -2,6 +2,8 @@
 # The learning figures on one GPU (docs/perf.md "Learning"), in parts of under 10 minutes each:
 #   bash bench/learning_gpu.sh coders OUT   # fast-sampler bench; coder-cpu and coder-gpu from zero
 #   bash bench/learning_gpu.sh gpu-coder OUT  # the GPU Coder on KernelBench's family problems
+#   bash bench/learning_gpu.sh kb-bench OUT # a trained Coder (default: shipped) on the same problems
+#   bash bench/learning_gpu.sh coder-stage OUT  # one more SFT stage of a trained Coder, then kb-bench
 #   bash bench/learning_gpu.sh data OUT     # more verified rows, judged on the host's CPU cores
 # Needs: the verified distillation rows gzipped (KZ_DATA; default data/family-train.jsonl.gz, the
 # rows committed with the repository, else .data/family-train.jsonl.gz; made on any
@@ -21,6 +23,33 @@ export TOKENIZERS_PARALLELISM=false
 python3 -c 'import torch, triton, transformers, trl, datasets, pyarrow; import trl.trainer.sft_trainer; print("torch", torch.__version__, "triton", triton.__version__, "transformers", transformers.__version__, "trl", trl.__version__, "datasets", datasets.__version__, "pyarrow", pyarrow.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU")' | tee "$OUT/versions.txt"
 [ "${PIPESTATUS[0]}" = 0 ] || { echo "the training stack does not import here; stopping"; exit 1; }
 kz() { python3 -m kernelzero "$@"; }
+# KernelBench's Level 1 problems the family covers (those the teacher compiles) into /tmp/kb-family.
+kb_family() {
+  KB=${KZ_KB:-}
+  for d in ../shared/kernelbench .kb/kernelbench; do [ -z "$KB" ] && [ -d "$d" ] && KB=$d; done
+  rm -rf /tmp/kb-family && mkdir -p /tmp/kb-family/level1
+  python3 - "$KB/level1" /tmp/kb-family/level1 <<'EOF' | tee "$OUT/kb_family.txt"
+import shutil, sys
+from pathlib import Path
+from kernelzero.teacher import compile_module
+took = [p.name for p in sorted(Path(sys.argv[1]).glob("*.py")) if compile_module(p.read_text()).ok]
+for name in took:
+    shutil.copy(Path(sys.argv[1]) / name, Path(sys.argv[2]) / name)
+print(f"{len(took)} Level 1 problems in the family:", " ".join(took))
+EOF
+}
+# A trained Coder ($1: a --model spec) on those problems, without training: greedy pass@1 and
+# fast_1 at their real sizes under run name $2, then KZ_K samples a problem at KZ_T.
+kb_bench() {
+  kb_family
+  timeout "${KZ_KB_LIMIT_S:-240}" python3 -m kernelzero bench --tasks /tmp/kb-family --model "$1" -k 1 \
+    --temperature 0 --device cuda --run "$2" --db "$OUT/kb_bench.db" --runs-dir /tmp/runs --json \
+    > "$OUT/$2.json" 2> "$OUT/$2.log"; echo "kb bench $2 rc=$?"; tail -3 "$OUT/$2.log"
+  cp "/tmp/runs/$2/report.md" "$OUT/$2.md" 2>/dev/null
+  [ -z "${KZ_K:-}" ] || { timeout "${KZ_KB_K_LIMIT_S:-240}" python3 -m kernelzero bench --tasks /tmp/kb-family \
+    --model "$1" -k "$KZ_K" --temperature "${KZ_T:-0.7}" --device cuda --run "$2-k$KZ_K" --db "$OUT/kb_bench.db" \
+    --runs-dir /tmp/runs --json > "$OUT/$2-k$KZ_K.json" 2> "$OUT/$2-k$KZ_K.log"; echo "kb bench k=$KZ_K rc=$?"; }
+}
 DATA=${KZ_DATA:-}
 for d in data/family-train.jsonl.gz .data/family-train.jsonl.gz; do
   [ -z "$DATA" ] && [ -f "$d" ] && DATA=$d
@@ -79,24 +108,34 @@ gpu-coder)
     --set heldout.ood_long=50 --set heldout.ood_pairs=50 ${KZ_SETS:-} 2>&1 | tee "$OUT/coder-gpu.log" | grep -v "it/s\]"
   cp /tmp/runs/coder-gpu/summary.json "$OUT/coder-gpu-summary.json" 2>/dev/null
   cp /tmp/runs/coder-gpu/cold_start/cold_start.json "$OUT/coder-gpu-cold_start.json" 2>/dev/null
-  KB=${KZ_KB:-}
-  for d in ../shared/kernelbench .kb/kernelbench; do [ -z "$KB" ] && [ -d "$d" ] && KB=$d; done
-  rm -rf /tmp/kb-family && mkdir -p /tmp/kb-family/level1
-  python3 - "$KB/level1" /tmp/kb-family/level1 <<'EOF' | tee "$OUT/kb_family.txt"
-import shutil, sys
-from pathlib import Path
-from kernelzero.teacher import compile_module
-took = [p.name for p in sorted(Path(sys.argv[1]).glob("*.py")) if compile_module(p.read_text()).ok]
-for name in took:
-    shutil.copy(Path(sys.argv[1]) / name, Path(sys.argv[2]) / name)
-print(f"{len(took)} Level 1 problems in the family:", " ".join(took))
-EOF
+  kb_family
   timeout "${KZ_KB_LIMIT_S:-240}" python3 -m kernelzero bench --tasks /tmp/kb-family \
     --model hf:/tmp/runs/coder-gpu/cold_start/model -k 1 --temperature 0 --device cuda \
     --run coder-gpu-kb-l1 --db "$OUT/kb_bench.db" --runs-dir /tmp/runs --json > "$OUT/kb_bench.json" \
     2> "$OUT/kb_bench.log"; echo "kb bench rc=$?"; tail -3 "$OUT/kb_bench.log"
   [ -z "${KZ_TEACHER_N:-}" ] || timeout 150 python3 bench/teacher_check.py --n "$KZ_TEACHER_N" --target gpu \
     --device cuda --seed 0 --out "$OUT/teacher_gpu" 2>&1 | tail -15
+  ;;
+coder-stage)
+  # One more SFT stage of a trained Coder (KZ_MODEL: default the shipped one) on the committed
+  # rows plus KZ_EXTRA (more verified rows, gzipped, repeated KZ_EXTRA_REPEAT times), as the
+  # shipped stages ran (batch 64, lr 1e-3 decaying to 0, bf16); then kb-bench on the result. The
+  # model comes back as OUT/coder-stage-model.tgz.
+  gunzip -c "$DATA" > /tmp/stage.jsonl || exit 1
+  for i in $(seq "${KZ_EXTRA_REPEAT:-1}"); do [ -z "${KZ_EXTRA:-}" ] || gunzip -c "$KZ_EXTRA" >> /tmp/stage.jsonl; done
+  echo "stage rows: $(wc -l < /tmp/stage.jsonl)"
+  M=${KZ_MODEL:-kernelzero/models/weights/coder-cpu}
+  timeout "${KZ_STEP_LIMIT_S:-400}" python3 -m kernelzero sft --model "$M" --data /tmp/stage.jsonl --out /tmp/stage-model \
+    --max-steps "${KZ_STEPS:-3000}" --lr 1e-3 --batch-size 64 --max-length 2048 --bf16 --seed "${KZ_SEED:-5}" \
+    --time-limit-s "${KZ_SFT_BUDGET_S:-300}" --json > "$OUT/coder-stage.json" 2> "$OUT/coder-stage.log"
+  echo "stage rc=$?"; tail -c 600 "$OUT/coder-stage.json"
+  cp "$M/kernelzero_model.json" /tmp/stage-model/ 2>/dev/null
+  tar --exclude="*.pt" --exclude=training_args.bin --exclude="checkpoint-*" -C /tmp -czf "$OUT/coder-stage-model.tgz" stage-model
+  kb_bench hf:/tmp/stage-model kb-l1-stage
+  ;;
+kb-bench)
+  # A trained Coder (KZ_MODEL: default the shipped one) on the same problems, without training.
+  kb_bench "${KZ_MODEL:-shipped}" kb-l1-greedy
   ;;
 *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -135,3 +135,28 @@ def test_every_elementwise_op_is_drawn_and_parses():
         m = make_module(cfg, 0, 0)
         ast.parse(m.source)
         assert set(m.meta["ops"]) <= {op.name, "tanh"}
+
+
+def _size_globals(source: str) -> set[str]:
+    return set(re.findall(r"^(\w+) = \d+$", source, re.M))
+
+
+def test_no_size_name_gives_the_kind_away():
+    """A Coder trained where only row reductions call their last size `dim` reads `dim` as "reduce"
+    and writes row sums for KernelBench's elementwise problems (`batch_size, dim`). Names are drawn
+    across kinds, from a stream of their own: the computation, shapes and phrasings stay as drawn."""
+    cfg = FamilyConfig(kinds=("elementwise", "rowwise"))
+    named = generate(cfg, n=300, seed=5)
+    by_kind = {k: Counter(n for m in named if m.meta["kind"] == k for n in _size_globals(m.source))
+               for k in ("elementwise", "rowwise")}
+    assert by_kind["elementwise"]["dim"] >= 15, by_kind
+    assert by_kind["rowwise"]["features"] + by_kind["rowwise"]["hidden_size"] >= 5, by_kind
+    plain = generate(FamilyConfig(kinds=cfg.kinds, p_common_names=0.0, p_input_locals=0.0), n=300, seed=5)
+    assert sum("dim" in _size_globals(m.source) for m in plain if m.meta["kind"] == "elementwise") == 0
+    assert [m.meta for m in plain] == [m.meta for m in named]
+    assert sum(a.source != b.source for a, b in zip(plain, named)) > 100
+    locals_ = [m for m in named if re.search(r"def get_inputs\(\):\n    \w+ = torch", m.source)]
+    assert len(locals_) >= 40
+    for a, b in zip(plain[::10], named[::10]):
+        (xa, ya), (xb, yb) = run(a.source), run(b.source)
+        assert [t.shape for t in xa] == [t.shape for t in xb] and torch.equal(ya, yb), b.source

@@ -42,6 +42,10 @@ class FamilyConfig:
         `global` (a module constant) or `arg` (a constructor argument from get_init_inputs).
     p_type_hints / p_docstring: chance of type hints / docstrings and comments.
     p_input_offset: chance the inputs are drawn as `randn * s + o` instead of `randn`.
+    p_common_names: chance the sizes take names drawn from those people use (`dim`, `N`,
+        `hidden_size`, ...) instead of the kind's usual ones, so no name gives the kind away.
+    p_input_locals: chance get_inputs binds each input to a local first (`x = torch.rand(...)`).
+    Both are drawn from a stream of their own: they change names, never what a module computes.
     """
 
     kinds: tuple[str, ...] = KINDS
@@ -54,6 +58,8 @@ class FamilyConfig:
     p_type_hints: float = 0.4
     p_docstring: float = 0.3
     p_input_offset: float = 0.25
+    p_common_names: float = 0.7
+    p_input_locals: float = 0.3
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -88,8 +94,9 @@ def generate(cfg: FamilyConfig, n: int, seed: int = 0, start: int = 0) -> list[F
 
 def make_module(cfg: FamilyConfig, seed: int, index: int) -> FamilyModule:
     rng = random.Random(f"kernelzero-family/{seed}/{index}")
+    names = random.Random(f"kernelzero-family/{seed}/{index}/names")
     kind = rng.choice(cfg.kinds)
-    w = _Writer(rng, cfg, kind)
+    w = _Writer(rng, cfg, kind, names)
     {"elementwise": w.elementwise, "rowwise": w.rowwise, "matmul": w.matmul}[kind]()
     source = w.render()
     ops = [o for o, _ in w.steps]
@@ -104,9 +111,11 @@ def make_module(cfg: FamilyConfig, seed: int, index: int) -> FamilyModule:
 class _Writer:
     """Builds one module: __init__ lines, forward lines, inputs, constants; renders the file."""
 
-    def __init__(self, rng: random.Random, cfg: FamilyConfig, kind: str):
-        self.rng, self.cfg, self.kind = rng, cfg, kind
+    def __init__(self, rng: random.Random, cfg: FamilyConfig, kind: str, names: random.Random):
+        self.rng, self.cfg, self.kind, self.names = rng, cfg, kind, names
         self.shapes: Shapes = draw_shapes(rng, kind, cfg.target)
+        if names.random() < cfg.p_common_names:
+            self.shapes = self.shapes.renamed(names, kind)
         self.globals: list[str] = []
         self.init_params: list[tuple[str, str, str]] = []   # (name, get_init_inputs text, type)
         self.init_lines: list[str] = []
@@ -432,9 +441,18 @@ class _Writer:
         inputs = self.shapes.input_expr(st["input_offset"], r, st["sizes"])
         sizes = self.shapes.globals_text(st["sizes"])
         out += ["", ""] + (sizes + ["", ""] if sizes else [])
-        out += ["def get_inputs():", f"    return [{', '.join([inputs] * len(args))}]", "", "",
+        out += ["def get_inputs():"] + self.inputs_body(inputs, len(args)) + ["", "",
                 "def get_init_inputs():", f"    return [{', '.join(v for _, v, _ in self.init_params)}]", ""]
         return "\n".join(out)
+
+    def inputs_body(self, expr: str, count: int) -> list[str]:
+        """get_inputs' body: the inputs in the returned list, or each bound to a local first."""
+        if self.names.random() >= self.cfg.p_input_locals:
+            return [f"    return [{', '.join([expr] * count)}]"]
+        taken = {n for n, _ in self.shapes.dims} | set(self.shapes.used)
+        options = [("x",), ("inp",), ("a",), ("A",)] if count == 1 else [("x", "y"), ("a", "b"), ("A", "B"), ("x1", "x2")]
+        local = self.names.choice([o for o in options if not taken & set(o)])
+        return [f"    {n} = {expr}" for n in local] + [f"    return [{', '.join(local)}]"]
 
     def describe(self) -> str:
         return f"{self.kind.capitalize()} module: " + ", then ".join(o for o, _ in self.steps) + "."

@@ -19,6 +19,14 @@ GPU_ROW = (256, 512, 1000, 1024, 2048, 4096, 8192)
 GPU_MM = (512, 1024, 2048, 4096)
 CPU_CAP, ROW_CAP_CPU = 16384, 32768
 GPU_MIN = 4 << 20  # elements: 16 MB of float32
+# Names people give sizes, drawn whatever the module computes. With only each kind's usual names
+# (a row reduction's last dim is `dim`, an elementwise module's `features`) the Coder learned "a
+# global named dim means a reduction" and wrote row sums for KernelBench's elementwise problems,
+# which all say `dim` (docs/learning-results.md).
+FIRST_NAMES = ("batch_size", "batch_size", "batch", "n_rows", "M", "num_rows")
+MIDDLE_NAMES = ("seq_len", "dim1", "length", "tokens", "channels", "height")
+LAST_NAMES = ("features", "dim", "dim", "dim", "hidden_size", "d_model", "num_features", "N", "dim2", "size")
+MATMUL_K_NAMES = ("in_features", "K", "dim", "hidden_size", "d_in")
 
 
 @dataclass
@@ -40,7 +48,8 @@ class Shapes:
 
     def ref(self, role: str, value: int) -> str:
         """The global that holds a size (recorded as used)."""
-        name = {"features": self.dims[-1][0], "channels": "channels", "in_features": self.dims[-1][0],
+        channels = self.dims[1][0] if self.channels is not None else "channels"
+        name = {"features": self.dims[-1][0], "channels": channels, "in_features": self.dims[-1][0],
                 "out_features": "out_features"}.get(role, role)
         if name in self.used and self.used[name] != value:
             name = f"{name}_{role}"
@@ -60,6 +69,15 @@ class Shapes:
             shift = rng.choice(("0.5", "1.0", "-0.25", "2.0", "-1.0"))
             return f"{maker}({dims}) * {scale} + {shift}"
         return f"{maker}({dims})"
+
+    def renamed(self, rng: random.Random, kind: str) -> "Shapes":
+        """The same sizes under names drawn from the common ones, not the kind's usual ones."""
+        last_pool = MATMUL_K_NAMES if kind == "matmul" else LAST_NAMES
+        pools = [FIRST_NAMES] + [MIDDLE_NAMES] * (self.rank - 2) + [last_pool]
+        names: list[str] = []
+        for pool in pools:
+            names.append(rng.choice([n for n in pool if n not in names and n != "out_features"]))
+        return Shapes(list(zip(names, (v for _, v in self.dims))), self.features, self.channels, self.k, self.n)
 
     def describe(self) -> dict:
         out = {"input": [v for _, v in self.dims]}
