@@ -187,6 +187,11 @@ class Evaluator:
             forward_peak_bytes=run.forward_peak_bytes,
             mutated_inputs=sorted({i for r in results for i in r.mutated}))
 
+    @property
+    def gpu_name(self) -> str | None:
+        """The GPU judged on (probed at start, then as the reference workers report it)."""
+        return self._gpu_name
+
     def env(self) -> dict:
         from kernelzero.eval.environment import environment
         return environment(self.config, self.limits, self._gpu_name)

@@ -182,7 +182,7 @@ class CandidateJudgement:
             phases["recheck_wait_s"] = time.perf_counter() - t4
             t4 = time.perf_counter()
             cmps = self._compare_timed(ref, outs) if reply.get("ok") else None
-            v = timed_verdict(cfg, self.ev._gpu_name, ref, backend, stats, reply, judge_wall_ms,
+            v = timed_verdict(cfg, self.ev.gpu_name, ref, backend, stats, reply, judge_wall_ms,
                               outs, cmps)
             phases["timed_check_s"] = time.perf_counter() - t4
         return v
