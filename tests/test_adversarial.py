@@ -149,6 +149,9 @@ def test_naive_evaluator_accepts_legit(f: Fixture, naive_results):
 
 
 # ------------------------------------------------------------------- (b, c) the real evaluator
+SUITE_SEED = 1  # its poke misses the memoiser's sampled positions (a seed that hits: 20261204)
+
+
 class _Batches:
     """One Evaluator per (device, policy), each judging its fixtures in one judge_many: the
     (fixture, policy) cases whose tests pytest selected (-k, -m), or one asked for outside them."""
@@ -169,7 +172,11 @@ class _Batches:
         todo = [g for g in self.fixtures if _device(g) == device and policy in g.policies
                 and (g.name, policy) in self.selected
                 and (g.name, device, policy) not in self.verdicts]
-        ev = Evaluator(EvalConfig(device=device, policy=policy, max_workers=2,
+        # A fixed secret schedule, so a verdict does not depend on the draw: under a random one
+        # the poke trial's 8 changed elements hit one of 06_memoise_by_sample's 16 sampled
+        # positions (of 4,000) about 3% of the time, and its recomputed output is then rightly
+        # correct (CI saw it, 3 Dec 2026). The exploits cannot read the secret either way.
+        ev = Evaluator(EvalConfig(device=device, policy=policy, max_workers=2, seed=SUITE_SEED,
                                   load_timeout_s=120, run_timeout_s=120))
         self.evaluators.append(ev)
         pairs = [(Task.from_file(g.target), Candidate.from_file(g.path)) for g in todo]

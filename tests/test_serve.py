@@ -324,7 +324,9 @@ def test_real_evaluator_hanging_candidate_times_out_and_server_stays_healthy():
             t0 = time.time()
             h = httpx.get(f"{u}/health", timeout=5).json()
             slowest_health = max(slowest_health, time.time() - t0)
-            busy_seen |= h["in_flight"] == 2
+            # the hanging candidate is judged for 8 s; the good one may be done before the
+            # first poll on a loaded machine (one candidate per dispatch)
+            busy_seen |= h["in_flight"] >= 1
             time.sleep(0.2)
         t.join()
         assert answer["r"].status_code == 200, answer["r"].text
@@ -333,8 +335,8 @@ def test_real_evaluator_hanging_candidate_times_out_and_server_stays_healthy():
         assert "8 s" in got[1]["reason"]
         # judging never blocked the event loop: a blocked loop answers after the 8 s hang; a
         # loaded 2-core machine has been seen to take over 1 s for an unblocked one
-        assert busy_seen, "health never saw the batch in flight"
         assert slowest_health < 4.0, f"health took {slowest_health:.1f} s while judging"
+        assert busy_seen, "health never saw the batch in flight"
         h = httpx.get(f"{u}/health", timeout=5).json()
         assert h["status"] == "ok" and h["pool"] == "local" and h["in_flight"] == 0
         assert h["workers"] == {"aborted": False, "device": "cpu", "max_workers": 2}
