@@ -4,6 +4,7 @@
 #   bash bench/learning_gpu.sh gpu-coder OUT  # the GPU Coder on KernelBench's family problems
 #   bash bench/learning_gpu.sh kb-bench OUT # a trained Coder (default: shipped) on the same problems
 #   bash bench/learning_gpu.sh coder-stage OUT  # one more SFT stage of a trained Coder, then kb-bench
+#                                               # (KZ_SKIP_KB=1: without it)
 #   bash bench/learning_gpu.sh data OUT     # more verified rows, judged on the host's CPU cores
 # Needs: the verified distillation rows gzipped (KZ_DATA; default data/family-train.jsonl.gz, the
 # rows committed with the repository, else .data/family-train.jsonl.gz; made on any
@@ -131,7 +132,7 @@ coder-stage)
   echo "stage rc=$?"; tail -c 600 "$OUT/coder-stage.json"
   cp "$M/kernelzero_model.json" /tmp/stage-model/ 2>/dev/null
   tar --exclude="*.pt" --exclude=training_args.bin --exclude="checkpoint-*" -C /tmp -czf "$OUT/coder-stage-model.tgz" stage-model
-  kb_bench hf:/tmp/stage-model kb-l1-stage
+  [ -n "${KZ_SKIP_KB:-}" ] || kb_bench hf:/tmp/stage-model kb-l1-stage
   ;;
 kb-bench)
   # A trained Coder (KZ_MODEL: default the shipped one) on the same problems, without training.

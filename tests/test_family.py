@@ -3,6 +3,7 @@ varied phrasings and constants, sized for the target; held-out splits by combina
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from collections import Counter
 
@@ -160,3 +161,40 @@ def test_no_size_name_gives_the_kind_away():
     for a, b in zip(plain[::10], named[::10]):
         (xa, ya), (xb, yb) = run(a.source), run(b.source)
         assert [t.shape for t in xa] == [t.shape for t in xb] and torch.equal(ya, yb), b.source
+
+
+def test_kernelbench_forms_are_drawn_from_streams_of_their_own():
+    """KernelBench's Level 1 matmuls multiply two forward inputs (`torch.matmul(A, B)`, `A @ B.T`)
+    and its reductions take their dim from the constructor (`self.dim`, sometimes dim 1 of a 3-D
+    input). The family draws these forms from streams of their own: with them off, every module is
+    the one drawn before; with them on, the modules that took another form compute what they say."""
+    on = generate(FamilyConfig(kinds=("matmul", "rowwise")), n=240, seed=9)
+    off = generate(FamilyConfig(kinds=("matmul", "rowwise"), p_matmul_inputs=0.0, p_middle_dim=0.0,
+                                p_dim_arg=0.0), n=240, seed=9)
+    two_input = [m for m in on if m.meta["phrasings"][0].startswith("inputs:")]
+    held_dim = [m for m in on if re.search(r"self\.(dim|axis|reduce_dim)\b", m.source)]
+    middle = [m for m in on if m.meta["kind"] == "rowwise" and re.search(r"\b1\b", m.source)
+              and len(m.meta["shapes"]["input"]) == 3]
+    assert len(two_input) >= 25 and len(held_dim) >= 12 and len(middle) >= 5
+    assert not any(m.meta["phrasings"][0].startswith("inputs:") for m in off)
+    # with the forms and the common names off, the modules drawn before the forms existed (69d7d5c)
+    before = generate(FamilyConfig(kinds=("matmul", "rowwise"), p_matmul_inputs=0.0, p_middle_dim=0.0,
+                                   p_dim_arg=0.0, p_common_names=0.0), n=240, seed=9)
+    digest = hashlib.sha256("\n".join(m.source for m in before).encode()).hexdigest()[:16]
+    assert digest == "15485f0327d6f5e3"
+    changed = {id(m) for m in two_input + held_dim}
+    same = [(a, b) for a, b in zip(on, off) if id(a) not in changed and "dim=1" not in a.source]
+    assert len(same) >= 100 and all(a.source == b.source for a, b in same)
+    for m in two_input[:12]:
+        inputs, y = run(m.source)
+        a, b = inputs
+        n, k = m.meta["shapes"]["n"], m.meta["shapes"]["k"]
+        assert a.shape[-1] == k and sorted(b.shape) == sorted((k, n)) and y.shape == (*a.shape[:-1], n)
+        if m.meta["chain_length"] == 1:
+            transposed = m.meta["phrasings"][0].endswith("_t")
+            assert torch.allclose(y, a @ (b.T if transposed else b), atol=1e-4), m.source
+    for m in held_dim[:12]:  # the module holds its dim: a constructor argument, from get_init_inputs
+        ns: dict = {}
+        exec(compile(m.source, "<family>", "exec"), ns)
+        assert any(isinstance(v, int) and not isinstance(v, bool) for v in ns["get_init_inputs"]())
+        run(m.source)

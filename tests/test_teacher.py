@@ -55,6 +55,9 @@ CASES = {
                               "torch.randn(6, 300)"),
     "dim_in_self": module("self.dim = dim", "return torch.max(x, dim=self.dim)[0]", "torch.rand(4, 33, 17)",
                           "1", ctor="dim"),
+    # the constructor argument `dim` shadows the global size of the same name (KernelBench's habit)
+    "dim_arg_shadows_global": module("self.dim = dim", "return x.sum(self.dim, True)", "torch.rand(2, 5, dim)",
+                                     "1", ctor="dim", extra="dim = 96"),
     # matmul + epilogue: nn.Linear, x @ W + b with a 3-D input, A @ B.T of two inputs
     "linear_relu": module("self.fc = nn.Linear(100, 70)", "return torch.relu(self.fc(x)) * 0.5",
                           "torch.randn(37, 100)"),

@@ -19,12 +19,12 @@ import random
 import re
 from dataclasses import dataclass, field
 
-from kernelzero.family.ops import BY_NAME, ELEMENTWISE, LAYER_ATTR, MATMUL, ROWWISE, FamilyOp, draw_constant
+from kernelzero.family import kinds
+from kernelzero.family.ops import BY_NAME, ELEMENTWISE, LAYER_ATTR, FamilyOp, draw_constant
 from kernelzero.family.shapes import Shapes, draw_shapes
 
 KINDS = ("elementwise", "rowwise", "matmul")
 PLACEMENTS = ("inline", "attr", "global", "arg")
-EPS_TEXTS = ("1e-5", "1e-6", "1e-05", "1e-8", "0.001", "1e-4")
 
 
 @dataclass
@@ -46,6 +46,13 @@ class FamilyConfig:
         `hidden_size`, ...) instead of the kind's usual ones, so no name gives the kind away.
     p_input_locals: chance get_inputs binds each input to a local first (`x = torch.rand(...)`).
     Both are drawn from a stream of their own: they change names, never what a module computes.
+    p_matmul_inputs: chance a matmul module multiplies two forward inputs (`torch.matmul(A, B)`,
+        `A @ B.T`, `torch.mm(A, B)`, as KernelBench's Level 1 matmuls do) instead of its input by
+        a weight it owns. Drawn from a stream of its own too, so the other modules stay as they were.
+    p_middle_dim: chance a reduction of a 3-D input reduces its middle dim (`x.sum(dim=1)`).
+    p_dim_arg: chance a reduction's or softmax's dim is a constructor argument (`self.dim = dim`,
+        `get_init_inputs` returning it), as in KernelBench's reduction problems. Both drawn from a
+        stream of their own.
     """
 
     kinds: tuple[str, ...] = KINDS
@@ -60,6 +67,9 @@ class FamilyConfig:
     p_input_offset: float = 0.25
     p_common_names: float = 0.7
     p_input_locals: float = 0.3
+    p_matmul_inputs: float = 0.35
+    p_middle_dim: float = 0.3
+    p_dim_arg: float = 0.25
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -96,8 +106,10 @@ def make_module(cfg: FamilyConfig, seed: int, index: int) -> FamilyModule:
     rng = random.Random(f"kernelzero-family/{seed}/{index}")
     names = random.Random(f"kernelzero-family/{seed}/{index}/names")
     kind = rng.choice(cfg.kinds)
-    w = _Writer(rng, cfg, kind, names)
-    {"elementwise": w.elementwise, "rowwise": w.rowwise, "matmul": w.matmul}[kind]()
+    w = ModuleWriter(rng, cfg, kind, names)
+    w.operands = random.Random(f"kernelzero-family/{seed}/{index}/operands")
+    w.axes = random.Random(f"kernelzero-family/{seed}/{index}/axes")
+    {"elementwise": kinds.elementwise, "rowwise": kinds.rowwise, "matmul": kinds.matmul}[kind](w)
     source = w.render()
     ops = [o for o, _ in w.steps]
     meta = {"kind": kind, "ops": ops, "chain_length": len(ops), "has_constants": bool(w.constants),
@@ -108,7 +120,7 @@ def make_module(cfg: FamilyConfig, seed: int, index: int) -> FamilyModule:
     return FamilyModule(name=name, source=source, meta=meta)
 
 
-class _Writer:
+class ModuleWriter:
     """Builds one module: __init__ lines, forward lines, inputs, constants; renders the file."""
 
     def __init__(self, rng: random.Random, cfg: FamilyConfig, kind: str, names: random.Random):
@@ -125,6 +137,9 @@ class _Writer:
         self.constants: list[str] = []
         self.placements: list[str] = []
         self.second_input: str | None = None
+        self.second_expr: str | None = None  # get_inputs' text for a second input of another shape
+        self.operands: random.Random | None = None  # streams of their own (make_module)
+        self.axes: random.Random | None = None
         self.residual: str | None = None
         self.param_role = "features"
         self.style = {"stepwise": rng.random() < cfg.p_stepwise,
@@ -282,138 +297,6 @@ class _Writer:
             bounded = op.bounded or (bounded and op.name in ("abs", "square"))
         return out
 
-    # ------------------------------------------------------------------ the three kinds
-    def elementwise(self) -> None:
-        count = self.rng.randint(self.cfg.min_ops, self.cfg.max_ops)
-        kinds = {"unary", "const", "input", "param"} | ({"residual"} if count > 1 else set())
-        ops = self.pick_ops(count, ELEMENTWISE, kinds)
-        while ops[0].kind == "residual":
-            ops[0] = self.pick_ops(1, ELEMENTWISE, {"unary", "const"})[0]
-        residual = any(op.kind == "residual" for op in ops)
-        if residual:  # keep the input reachable: an alias, or a working variable other than it
-            if self.var == self.x or self.rng.random() < 0.3:
-                self.residual = self.fresh(self.rng.choice(("identity", "residual", "shortcut")))
-                self.lines.append(f"{self.residual} = {self.x}")
-            else:
-                self.residual = self.x
-        for i, op in enumerate(ops):
-            self.elementwise_op(op)
-            if i == 0 and residual and self.residual == self.x and self.rng.random() < 0.5:
-                self.residual = self.fresh(self.rng.choice(("skip_val", "first", "h0")))
-                self.lines.append(f"{self.residual} = {self.cur}")
-                self.cur, self.cur_is_name = self.residual, True
-
-    def rowwise(self) -> None:
-        count = self.rng.randint(self.cfg.min_ops, self.cfg.max_ops)
-        main = self.rng.choice(ROWWISE)
-        before = self.rng.randint(0, count - 1)
-        for op in self.pick_ops(before, ELEMENTWISE, {"unary", "const", "input", "param"}):
-            self.elementwise_op(op)
-        s = self.shapes
-        if main.kind == "norm":
-            self.norm(main)
-        else:
-            last = self.rng.random() < 0.7 or s.rank != 2
-            d = (self.rng.choice(("-1", "-1", str(s.rank - 1)))) if last else "1"
-            keep = main.kind == "reduce" and self.rng.random() < 0.5
-            kd = self.rng.choice((", keepdim=True", ", True")) if keep else ""
-            if main.kind == "reduce" and not keep and self.rng.random() < 0.3:
-                kd = ", keepdim=False"
-            self.phrase(main, {"d": d, "kd": kd}, allowed=lambda p: kd != ", True" or "dim={d}" not in p)
-        kinds = {"unary", "const"} | (set() if main.kind == "reduce" else {"param"})
-        for op in self.pick_ops(count - 1 - before, ELEMENTWISE, kinds):
-            self.elementwise_op(op)
-
-    def norm(self, op: FamilyOp) -> None:
-        """layer_norm / rms_norm over the last dim: an nn layer, the functional form, or by hand."""
-        s, r = self.shapes, self.rng
-        eps_text = r.choice(EPS_TEXTS)
-        form = r.choice(op.phrasings)
-        cls = "LayerNorm" if op.name == "layer_norm" else "RMSNorm"
-        f = self.size("features", s.features)
-        if form.startswith("layer:"):
-            eps = "" if r.random() < 0.3 else f", eps={eps_text}"
-            attr = self.fresh(r.choice(("norm", "ln" if cls == "LayerNorm" else "rms")))
-            self.init_lines.append(f"self.{attr} = nn.{cls}({f}{eps})")
-            self.apply(f"self.{attr}({self.cur})")
-            self.steps.append((op.name, f"layer:nn.{cls}"))
-            if eps:
-                self.constants.append(eps_text)
-                self.placements.append("layer")
-            return
-        self.constants.append(eps_text)
-        self.placements.append("inline")
-        w = self.fresh("weight")
-        self.init_lines.append(f"self.{w} = nn.Parameter(torch.{r.choice(('ones', 'randn'))}({f}))")
-        b = None
-        if op.name == "layer_norm":
-            b = self.fresh("bias")
-            self.init_lines.append(f"self.{b} = nn.Parameter(torch.{r.choice(('zeros', 'randn'))}({f}))")
-        eps = eps_text
-        if r.random() < 0.5:
-            self.placements[-1] = "arg"
-            self.init_params.append(("eps", eps_text, "float"))
-            self.init_lines.append("self.eps = eps")
-            eps = "self.eps"
-        if form.startswith("f"):
-            shapes = [f"self.{w}.shape"] + ([f"{self.cur}.shape[-1:]"] if self.cur_is_name else [])
-            if not f.isidentifier() or f not in {n for n, _, _ in self.init_params}:
-                shapes.append(f"({f},)")
-            elif r.random() < 0.3:
-                self.init_lines.append(f"self.normalized_shape = ({f},)")
-                shapes = ["self.normalized_shape"]
-            shape = r.choice(shapes)
-            args = f"self.{w}, self.{b}" if b else f"self.{w}"
-            fn = "F.layer_norm" if b else "F.rms_norm"
-            self.apply(f"{fn}({self.cur}, {shape}, {args}, eps={eps})")
-            self.steps.append((op.name, fn))
-            return
-        v = self.flush()
-        if op.name == "rms_norm":
-            ms = r.choice((f"{v}.pow(2).mean(-1, keepdim=True)", f"torch.mean({v} ** 2, dim=-1, keepdim=True)"))
-            self.apply(f"{v} * torch.rsqrt({ms} + {eps}) * self.{w}")
-        else:
-            mean, var = self.fresh("mu"), self.fresh("sigma2")
-            self.lines.append(f"{mean} = {v}.mean(dim=-1, keepdim=True)")
-            self.lines.append(r.choice((f"{var} = (({v} - {mean}) ** 2).mean(dim=-1, keepdim=True)",
-                                        f"{var} = {v}.var(dim=-1, keepdim=True, unbiased=False)")))
-            self.apply(f"({v} - {mean}) / torch.sqrt({var} + {eps}) * self.{w} + self.{b}")
-        self.steps.append((op.name, "hand-written"))
-
-    def matmul(self) -> None:
-        s, r = self.shapes, self.rng
-        count = r.randint(self.cfg.min_ops, self.cfg.max_ops)
-        op = r.choice(MATMUL)
-        form = r.choice([p for p in op.phrasings if s.rank == 2 or p not in ("addmm", "mm")])
-        bias = op.name == "linear"
-        v = self.cur
-        k, n = self.size("in_features", s.k), self.size("out_features", s.n)
-        if form == "layer:nn.Linear":
-            attr = self.fresh(r.choice(("fc", "linear", "proj", "dense")))
-            self.init_lines.append(f"self.{attr} = nn.Linear({k}, {n}{'' if bias else ', bias=False'})")
-            self.apply(f"self.{attr}({v})")
-        else:
-            w = self.fresh("weight")
-            transposed = form in ("F.linear", "matmul_t")
-            scale = r.choice((" * 0.02", " * 0.05", f" / math.sqrt({k})", ""))
-            self.init_lines.append(f"self.{w} = nn.Parameter(torch.randn({f'{n}, {k}' if transposed else f'{k}, {n}'}){scale})")
-            b = self.fresh("bias") if bias else None
-            if b:
-                self.init_lines.append(f"self.{b} = nn.Parameter(torch.randn({n}) * 0.1)")
-            if form == "F.linear":
-                expr = f"F.linear({v}, self.{w}, self.{b})" if b else f"F.linear({v}, self.{w})"
-            elif form in ("addmm", "mm"):
-                expr = f"torch.addmm(self.{b}, {v}, self.{w})" if b else f"torch.mm({v}, self.{w})"
-            else:
-                t = r.choice((".t()", ".T")) if transposed else ""
-                mm = r.choice((f"{v} @ self.{w}{t}", f"torch.matmul({v}, self.{w}{t})"))
-                expr = f"{mm} + self.{b}" if b else mm
-            self.apply(expr)
-        self.steps.append((op.name, form))
-        self.param_role, self.shapes.features = "out_features", s.n
-        for ep in self.pick_ops(count - 1, ELEMENTWISE, {"unary", "const", "param"}):
-            self.elementwise_op(ep)
-
     # ------------------------------------------------------------------ the file
     def render(self) -> str:
         r, st = self.rng, self.style
@@ -441,18 +324,19 @@ class _Writer:
         inputs = self.shapes.input_expr(st["input_offset"], r, st["sizes"])
         sizes = self.shapes.globals_text(st["sizes"])
         out += ["", ""] + (sizes + ["", ""] if sizes else [])
-        out += ["def get_inputs():"] + self.inputs_body(inputs, len(args)) + ["", "",
+        exprs = [inputs] * len(args) if self.second_expr is None else [inputs, self.second_expr]
+        out += ["def get_inputs():"] + self.inputs_body(exprs) + ["", "",
                 "def get_init_inputs():", f"    return [{', '.join(v for _, v, _ in self.init_params)}]", ""]
         return "\n".join(out)
 
-    def inputs_body(self, expr: str, count: int) -> list[str]:
+    def inputs_body(self, exprs: list[str]) -> list[str]:
         """get_inputs' body: the inputs in the returned list, or each bound to a local first."""
         if self.names.random() >= self.cfg.p_input_locals:
-            return [f"    return [{', '.join([expr] * count)}]"]
+            return [f"    return [{', '.join(exprs)}]"]
         taken = {n for n, _ in self.shapes.dims} | set(self.shapes.used)
-        options = [("x",), ("inp",), ("a",), ("A",)] if count == 1 else [("x", "y"), ("a", "b"), ("A", "B"), ("x1", "x2")]
+        options = [("x",), ("inp",), ("a",), ("A",)] if len(exprs) == 1 else [("x", "y"), ("a", "b"), ("A", "B"), ("x1", "x2")]
         local = self.names.choice([o for o in options if not taken & set(o)])
-        return [f"    {n} = {expr}" for n in local] + [f"    return [{', '.join(local)}]"]
+        return [f"    {n} = {e}" for n, e in zip(local, exprs)] + [f"    return [{', '.join(local)}]"]
 
     def describe(self) -> str:
         return f"{self.kind.capitalize()} module: " + ", then ".join(o for o, _ in self.steps) + "."

@@ -27,6 +27,7 @@ FIRST_NAMES = ("batch_size", "batch_size", "batch", "n_rows", "M", "num_rows")
 MIDDLE_NAMES = ("seq_len", "dim1", "length", "tokens", "channels", "height")
 LAST_NAMES = ("features", "dim", "dim", "dim", "hidden_size", "d_model", "num_features", "N", "dim2", "size")
 MATMUL_K_NAMES = ("in_features", "K", "dim", "hidden_size", "d_in")
+MATMUL_N_NAMES = ("out_features", "N", "d_out", "hidden_dim", "units")
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Shapes:
     k: int = 0
     n: int = 0
     used: dict[str, int] = field(default_factory=dict)
+    out_name: str = "out_features"  # the global that holds a matmul's n
 
     @property
     def rank(self) -> int:
@@ -50,7 +52,7 @@ class Shapes:
         """The global that holds a size (recorded as used)."""
         channels = self.dims[1][0] if self.channels is not None else "channels"
         name = {"features": self.dims[-1][0], "channels": channels, "in_features": self.dims[-1][0],
-                "out_features": "out_features"}.get(role, role)
+                "out_features": self.out_name}.get(role, role)
         if name in self.used and self.used[name] != value:
             name = f"{name}_{role}"
         self.used[name] = value
@@ -70,6 +72,13 @@ class Shapes:
             return f"{maker}({dims}) * {scale} + {shift}"
         return f"{maker}({dims})"
 
+    def operand_expr(self, roles: tuple[str, str], style: str, rng: random.Random) -> str:
+        """get_inputs' text for a matmul's second input: a 2-D tensor of the named sizes
+        (`in_features` is k, `out_features` n)."""
+        sizes = {"in_features": self.k, "out_features": self.n}
+        dims = ", ".join(self.ref(r, sizes[r]) if style == "globals" else str(sizes[r]) for r in roles)
+        return f"{rng.choice(('torch.randn', 'torch.randn', 'torch.rand'))}({dims})"
+
     def renamed(self, rng: random.Random, kind: str) -> "Shapes":
         """The same sizes under names drawn from the common ones, not the kind's usual ones."""
         last_pool = MATMUL_K_NAMES if kind == "matmul" else LAST_NAMES
@@ -77,7 +86,11 @@ class Shapes:
         names: list[str] = []
         for pool in pools:
             names.append(rng.choice([n for n in pool if n not in names and n != "out_features"]))
-        return Shapes(list(zip(names, (v for _, v in self.dims))), self.features, self.channels, self.k, self.n)
+        out = self.out_name
+        if kind == "matmul":
+            out = rng.choice([n for n in MATMUL_N_NAMES if n not in names])
+        return Shapes(list(zip(names, (v for _, v in self.dims))), self.features, self.channels,
+                      self.k, self.n, out_name=out)
 
     def describe(self) -> dict:
         out = {"input": [v for _, v in self.dims]}

@@ -384,6 +384,12 @@ def _read_init(info: ModuleInfo) -> None:
 
 def _read_attr(info: ModuleInfo, name: str, value: ast.AST, stmt: ast.stmt) -> Attr:
     src, aliases = info.source, info.aliases
+    # A constructor argument or a local of __init__ shadows the global of its name (`dim = 2048`
+    # beside `def __init__(self, dim)`): `self.dim = dim` is then the argument, read at run time.
+    local = set(info.init_args) | {t.id for s in info.init_locals for t in
+                                   (s.targets if isinstance(s, ast.Assign) else [s.target])
+                                   if isinstance(t, ast.Name)}
+    consts = {k: v for k, v in info.globals.items() if k not in local}
     if isinstance(value, ast.Call):
         q = qualname(value.func, aliases) or ""
         if q in ("torch.nn.Parameter", "torch.nn.parameter.Parameter"):
@@ -403,7 +409,7 @@ def _read_attr(info: ModuleInfo, name: str, value: ast.AST, stmt: ast.stmt) -> A
                     options[p] = Static(default, repr(default))
                     continue
                 try:
-                    options[p] = fold(node, src, aliases, info.globals)
+                    options[p] = fold(node, src, aliases, consts)
                 except NotConstant:
                     options[p] = ast.get_source_segment(src, node) or ast.unparse(node)
             return Attr(name, "layer", stmt, cls=cls, options=options)
@@ -413,7 +419,7 @@ def _read_attr(info: ModuleInfo, name: str, value: ast.AST, stmt: ast.stmt) -> A
             raise Unsupported(f"unsupported: tensor attribute {name} that is neither a "
                               "parameter nor a buffer")
     try:
-        return Attr(name, "scalar", stmt, static=fold(value, src, aliases, info.globals))
+        return Attr(name, "scalar", stmt, static=fold(value, src, aliases, consts))
     except NotConstant:
         pass
     used = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
