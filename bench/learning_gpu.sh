@@ -121,9 +121,21 @@ coder-stage)
   # One more SFT stage of a trained Coder (KZ_MODEL: default the shipped one) on the committed
   # rows plus KZ_EXTRA (more verified rows, gzipped, repeated KZ_EXTRA_REPEAT times), as the
   # shipped stages ran (batch 64, lr 1e-3 decaying to 0, bf16); then kb-bench on the result. The
-  # model comes back as OUT/coder-stage-model.tgz.
-  gunzip -c "$DATA" > /tmp/stage.jsonl || exit 1
-  for i in $(seq "${KZ_EXTRA_REPEAT:-1}"); do [ -z "${KZ_EXTRA:-}" ] || gunzip -c "$KZ_EXTRA" >> /tmp/stage.jsonl; done
+  # model comes back as OUT/coder-stage-model.tgz. KZ_BASE_ROWS=N keeps N of the committed rows
+  # (a fixed draw), the rest shuffled in with them: fewer rows to tokenize in a short slot.
+  python3 - "$DATA" "${KZ_EXTRA:-}" "${KZ_EXTRA_REPEAT:-1}" "${KZ_BASE_ROWS:-}" > /tmp/stage.jsonl <<'EOF' || exit 1
+import gzip, random, sys
+data, extra, repeat, base = sys.argv[1:]
+rows = gzip.open(data, "rt").read().splitlines()
+if base:
+    random.Random(7).shuffle(rows)
+    rows = rows[:int(base)]
+more = gzip.open(extra, "rt").read().splitlines() if extra else []
+rows = more * int(repeat) + rows if base else rows + more * int(repeat)
+if base:
+    random.Random(8).shuffle(rows)
+print("\n".join(rows))
+EOF
   echo "stage rows: $(wc -l < /tmp/stage.jsonl)"
   M=${KZ_MODEL:-kernelzero/models/weights/coder-cpu}
   timeout "${KZ_STEP_LIMIT_S:-400}" python3 -m kernelzero sft --model "$M" --data /tmp/stage.jsonl --out /tmp/stage-model \
