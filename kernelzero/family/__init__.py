@@ -3,8 +3,9 @@
     from kernelzero.family import FamilyConfig, generate, split_holdout
     modules = generate(FamilyConfig(), n=1000, seed=0)
 
-Modules: ops (the ops and their phrasings), shapes (CPU- and GPU-sized inputs), generator
-(FamilyConfig, generate, FamilyModule), splits (held-out sets by text and by op combination).
+Modules: ops (the ops and their phrasings), shapes (CPU- and GPU-sized inputs), config
+(FamilyConfig, FamilyModule), writer (one module being written), kinds (what each kind writes),
+generator (generate, make_module), splits (held-out sets by text and by op combination).
 """
 from kernelzero.family.generator import FamilyConfig, FamilyModule, generate, make_module
 from kernelzero.family.splits import combo_key, split_holdout

@@ -1,4 +1,4 @@
-"""The three kinds of family module, each written into a `ModuleWriter` (generator.py).
+"""The three kinds of family module, each written into a `ModuleWriter` (writer.py).
 
 `elementwise`: a chain of ops, with constants, a second input, broadcast parameters, residuals.
 `rowwise`: a reduction, softmax or norm over a row (or, for a reduction of a 3-D input, its
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from kernelzero.family.ops import ELEMENTWISE, MATMUL, ROWWISE, FamilyOp
 
 if TYPE_CHECKING:
-    from kernelzero.family.generator import ModuleWriter
+    from kernelzero.family.writer import ModuleWriter
 
 EPS_TEXTS = ("1e-5", "1e-6", "1e-05", "1e-8", "0.001", "1e-4")
 
