@@ -172,9 +172,7 @@ def matmul(w: ModuleWriter) -> None:
             expr = f"{mm} + self.{b}" if b else mm
         w.apply(expr)
     w.steps.append((op.name, form))
-    w.param_role, w.shapes.features = "out_features", s.n
-    for ep in w.pick_ops(count - 1, ELEMENTWISE, {"unary", "const", "param"}):
-        w.elementwise_op(ep)
+    matmul_epilogue(w, count)
 
 
 def matmul_of_inputs(w: ModuleWriter, count: int) -> None:
@@ -200,6 +198,11 @@ def matmul_of_inputs(w: ModuleWriter, count: int) -> None:
                                       else ("in_features", "out_features"), w.style["sizes"],
                                       o)
     w.steps.append(("matmul", f"inputs:{form}{'_t' if transposed else ''}"))
-    w.param_role, w.shapes.features = "out_features", s.n
+    matmul_epilogue(w, count)
+
+
+def matmul_epilogue(w: ModuleWriter, count: int) -> None:
+    """The elementwise ops after a matmul; a parameter they add is per output feature (n)."""
+    w.param_role, w.shapes.features = "out_features", w.shapes.n
     for ep in w.pick_ops(count - 1, ELEMENTWISE, {"unary", "const", "param"}):
         w.elementwise_op(ep)
