@@ -173,3 +173,21 @@ def test_a_hardening_draw_lets_the_task_s_own_draw_go_first(tmp_path, monkeypatc
     inputs = w.make_inputs(3, dist)
     assert alive_at_redraw == [False]  # only x is floating point: one redraw, after x was freed
     assert inputs[0].shape == (64, 33) and inputs[1] is not None
+
+
+def test_a_poke_writes_each_position_once_so_every_process_gets_the_same_inputs():
+    """With a repeated destination, CUDA's index_put_ stores any one of the values: the reference's
+    and the candidate's inputs then differed and an honest kernel was rejected as tampering (a
+    300-element input on the H200). Destinations are distinct, the first draw wins, and inputs
+    large enough for distinct draws are poked where they always were."""
+    for seed in range(50):
+        dst, src = trials_mod.poke_positions(torch, 5, torch.Generator().manual_seed(seed))
+        assert len(dst) == len(set(dst)) == len(src) and 1 <= len(dst) <= trials_mod.POKE_ELEMENTS
+    x = torch.arange(5.0)
+    trials_mod.poke(torch, [x], 3)
+    dst, src = trials_mod.poke_positions(torch, 5, torch.Generator().manual_seed(3))
+    want = torch.arange(5.0)
+    want[dst] = want[src]
+    assert torch.equal(x, want)
+    at = torch.randint(4000, (2, trials_mod.POKE_ELEMENTS), generator=torch.Generator().manual_seed(1))
+    assert trials_mod.poke_positions(torch, 4000, torch.Generator().manual_seed(1)) == tuple(at.tolist())

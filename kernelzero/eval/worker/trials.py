@@ -196,17 +196,29 @@ def _failed_trial(worker, e: BaseException, seed: int) -> dict:
 
 
 def poke(torch, inputs: list, seed: int) -> None:
-    """Change POKE_ELEMENTS elements of each input tensor in place, at positions drawn from
+    """Change up to POKE_ELEMENTS elements of each input tensor in place, at positions drawn from
     `seed`: each takes the value of another element of the same tensor, so it stays within the
     input's own values (indices stay valid indices, probabilities stay probabilities)."""
     g = torch.Generator().manual_seed(seed)
     for x in inputs:
         if not isinstance(x, torch.Tensor) or x.numel() < 2:
             continue
-        at = torch.randint(x.numel(), (2, POKE_ELEMENTS), generator=g).to(x.device)
-        dst = torch.unravel_index(at[0], x.shape)
-        src = torch.unravel_index(at[1], x.shape)
+        dst, src = poke_positions(torch, x.numel(), g)
+        dst = torch.unravel_index(torch.tensor(dst, device=x.device), x.shape)
+        src = torch.unravel_index(torch.tensor(src, device=x.device), x.shape)
         x.index_put_(dst, x[src])
+
+
+def poke_positions(torch, numel: int, g) -> tuple[list[int], list[int]]:
+    """(destinations, sources) as flat positions: POKE_ELEMENTS draws, each destination kept once
+    (its first draw). On CUDA, `index_put_` with a repeated destination stores any one of its
+    values, so the reference's and the candidate's processes could hold different inputs and an
+    honest kernel be rejected for tampering (seen on the H200 with a 300-element input)."""
+    at = torch.randint(numel, (2, POKE_ELEMENTS), generator=g).tolist()
+    first: dict[int, int] = {}
+    for d, s in zip(*at):
+        first.setdefault(d, s)
+    return list(first), list(first.values())
 
 
 def tensor_bytes(torch, xs) -> int:
