@@ -102,18 +102,17 @@ gpu-coder)
   # their real sizes, judged on the GPU (those the teacher compiles, picked below).
   # Its held-out kernels are judged on the GPU: the image's Triton 3.6 interpreter fails the
   # teacher's rowwise and matmul kernels that pass on the GPU and under triton 3.9 (docs/learning-results.md).
-  gunzip -c "$DATA" > /tmp/family-train.jsonl || exit 1
-  timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu \
+  # KZ_EXTRA: more verified rows (gzipped) added once, e.g. data/family-train-forms.jsonl.gz.
+  { gunzip -c "$DATA" && { [ -z "${KZ_EXTRA:-}" ] || gunzip -c "$KZ_EXTRA"; }; } > /tmp/family-train.jsonl || exit 1
+  # A second call on a machine still warm resumes the run (the held-out evaluation a step limit cut).
+  resume=; [ -f /tmp/runs/coder-gpu/state.json ] && resume=--resume
+  timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu $resume \
     --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-120}" \
     --set cold_start.curve_every=0 --set eval.device=cuda --set eval.timing=false \
     --set heldout.ood_long=50 --set heldout.ood_pairs=50 ${KZ_SETS:-} 2>&1 | tee "$OUT/coder-gpu.log" | grep -v "it/s\]"
   cp /tmp/runs/coder-gpu/summary.json "$OUT/coder-gpu-summary.json" 2>/dev/null
   cp /tmp/runs/coder-gpu/cold_start/cold_start.json "$OUT/coder-gpu-cold_start.json" 2>/dev/null
-  kb_family
-  timeout "${KZ_KB_LIMIT_S:-240}" python3 -m kernelzero bench --tasks /tmp/kb-family \
-    --model hf:/tmp/runs/coder-gpu/cold_start/model -k 1 --temperature 0 --device cuda \
-    --run coder-gpu-kb-l1 --db "$OUT/kb_bench.db" --runs-dir /tmp/runs --json > "$OUT/kb_bench.json" \
-    2> "$OUT/kb_bench.log"; echo "kb bench rc=$?"; tail -3 "$OUT/kb_bench.log"
+  [ -n "${KZ_SKIP_KB:-}" ] || kb_bench hf:/tmp/runs/coder-gpu/cold_start/model coder-gpu-kb-l1
   [ -z "${KZ_TEACHER_N:-}" ] || timeout 150 python3 bench/teacher_check.py --n "$KZ_TEACHER_N" --target gpu \
     --device cuda --seed 0 --out "$OUT/teacher_gpu" 2>&1 | tail -15
   ;;

@@ -161,6 +161,26 @@ def test_sft_from_zero_moves_the_weights_and_lowers_held_out_loss(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
+def test_time_budget_calibrates_on_a_sample_of_the_rows(tmp_path, monkeypatch):
+    """The calibration run tokenizes only the rows its steps need (all 40K rows twice took minutes
+    of a short GPU slot), and its measured rate sets max_steps."""
+    import kernelzero.train.sft as sft_mod
+    from kernelzero.models.scratch import ModelPreset, build_model, train_tokenizer
+    from kernelzero.train.cold_start import CALIBRATION_STEPS, _fit_to_budget, corpus
+    from kernelzero.train.sft import SFTRunConfig
+
+    rows = _teacher_rows(48, seed=12)
+    tok = train_tokenizer(corpus(rows), vocab_size=800)
+    init = build_model(tmp_path / "init", tok, ModelPreset(hidden=32, layers=1, heads=2, kv_heads=1,
+                                                           intermediate=64, vocab_size=800))
+    seen, real = [], sft_mod.build_sft_trainer
+    monkeypatch.setattr(sft_mod, "build_sft_trainer", lambda m, data, *a, **k: seen.append(len(data)) or real(m, data, *a, **k))
+    cfg = _fit_to_budget(SFTRunConfig(max_steps=5, batch_size=1, max_length=2048), str(init), rows, 20.0,
+                         tmp_path, log=lambda *_: None)
+    assert seen == [CALIBRATION_STEPS] and len(rows) > CALIBRATION_STEPS
+    assert cfg.max_steps > CALIBRATION_STEPS
+
+
 # ------------------------------------------------------------------ the shipped Coder
 def test_shipped_coder_loads_offline(monkeypatch):
     from kernelzero.models.shipped import ShippedModelMissing, shipped_model
