@@ -12,7 +12,8 @@ from __future__ import annotations
 import ast
 
 from kernelzero.teacher.ir import Layout, Leaf, Node, Unsupported, const
-from kernelzero.teacher.reader import ACTIVATION_LAYERS, Attr, NotConstant, Static, fold, qualname
+from kernelzero.teacher.constants import NotConstant, Static, fold, qualname
+from kernelzero.teacher.reader import ACTIVATION_LAYERS, Attr
 from kernelzero.teacher.values import (DimSpec, LayerRef, ShapeOf, Transposed, count_dims, given,
                                        layout_of_flags, trailing_dims)
 

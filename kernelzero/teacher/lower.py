@@ -14,7 +14,8 @@ import ast
 
 from kernelzero.teacher.calls import CMP, COMPARE, CallLowering
 from kernelzero.teacher.ir import FULL, ROW, UNIFORM, Layout, Leaf, Node, Unsupported, arg, const, ew
-from kernelzero.teacher.reader import ModuleInfo, NotConstant, Static, fold, layout_of, qualname
+from kernelzero.teacher.constants import NotConstant, Static, fold, layout_of, qualname
+from kernelzero.teacher.reader import ModuleInfo
 from kernelzero.teacher.reductions import RowLowering
 from kernelzero.teacher.values import (DimSpec, LayerRef, Pair, ScalarAttr, ShapeOf, Transposed, is_number,
                                        layout_of_flags, squeezed, tensor_attr)

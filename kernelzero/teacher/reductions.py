@@ -11,7 +11,7 @@ transposed) on the right; what follows it is its epilogue.
 from __future__ import annotations
 
 from kernelzero.teacher.ir import FULL, Node, Unsupported, const
-from kernelzero.teacher.reader import Static
+from kernelzero.teacher.constants import Static
 from kernelzero.teacher.calls import FLOAT32_EPS
 from kernelzero.teacher.values import (DimSpec, Pair, ScalarAttr, ShapeOf, Transposed, count_dims, given,
                                        trailing_dims)

@@ -1,6 +1,6 @@
 """What a forward expression evaluates to besides a graph node, and helpers on such values.
 
-A constant (`reader.Static`), a scalar attribute (`ScalarAttr`: `self.scale`), a layer
+A constant (`constants.Static`), a scalar attribute (`ScalarAttr`: `self.scale`), a layer
 (`LayerRef`: `self.act`, called later), torch.max/min's (values, indices) pair (`Pair`), a
 transposed tensor (`Transposed`: only a matmul's right operand), a shape or size (`ShapeOf`), and
 which dims a reduction covers (`DimSpec`).
@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelzero.teacher.ir import ROW, Layout, Node, Unsupported
-from kernelzero.teacher.reader import Attr, Static
+from kernelzero.teacher.constants import Static
+from kernelzero.teacher.reader import Attr
 
 
 @dataclass
