@@ -40,7 +40,7 @@ class FixedJudge:
     def judge(self, pairs, context=None):
         return [self.by_name[c.name] for _, c in pairs]
 
-    def judge_many(self, pairs):
+    def judge_many(self, pairs, on_verdict=None):
         return [self.by_name[c.source.split("#")[1].split()[0]] for _, c in pairs]
 
 
@@ -93,7 +93,7 @@ def test_verl_per_sample_is_the_trainers_reward_for_a_group_of_one(verl_env):
 
 def test_verl_settings_are_checked_before_judging(monkeypatch):
     class NoJudging:
-        def judge_many(self, pairs):
+        def judge_many(self, pairs, on_verdict=None):
             raise AssertionError("judged with a bad setting")
     monkeypatch.setattr(verl, "_client", NoJudging())
     monkeypatch.setenv(verl.TRANSFORM_ENV, "square")

@@ -195,3 +195,33 @@ def test_train_pool_foo_is_refused_by_the_parser(capsys):
     code = main(["train", "--config", "plumbing-cpu", "--pool", "foo"])
     err = capsys.readouterr().err
     assert code == 2 and "invalid choice: 'foo'" in err and "Traceback" not in err
+
+
+def test_a_batch_killed_halfway_keeps_the_verdicts_it_reached(tmp_path, monkeypatch):
+    """Each verdict reaches the cache file as it comes in: a held-out evaluation cut by a step
+    limit lost every verdict of its batch, and its resumed run started the batch again."""
+    from kernelzero.eval import Verdict
+    import kernelzero.train.judging as J
+
+    class DiesAfterTwo:
+        def __init__(self):
+            self.asked = []
+
+        def judge_many(self, pairs, on_verdict=None):
+            self.asked.append(len(pairs))
+            for i, _ in enumerate(pairs):
+                if len(self.asked) == 1 and i == 2:
+                    raise KeyboardInterrupt  # the step limit
+                on_verdict(i, Verdict(status="correct", backend="triton", reason="ok"))
+            return [Verdict(status="correct", backend="triton", reason="ok") for _ in pairs]
+
+    pairs = example_pairs()
+    pool, lines = DiesAfterTwo(), []
+    monkeypatch.setattr(J, "PROGRESS_EVERY_S", 0.0)
+    with pytest.raises(KeyboardInterrupt):
+        Judge(pool, VerdictCache(tmp_path / "v.jsonl"), log=lines.append).judge(pairs)
+    assert len(VerdictCache(tmp_path / "v.jsonl")) == 2 and lines == ["    judged 1/4 (" + lines[0].split("(")[1],
+                                                                       "    judged 2/4 (" + lines[1].split("(")[1]]
+    out = Judge(pool, VerdictCache(tmp_path / "v.jsonl")).judge(pairs)
+    assert pool.asked == [4, 2] and [v.status for v in out] == ["correct"] * 4
+    assert len(VerdictCache(tmp_path / "v.jsonl")) == 4

@@ -30,7 +30,7 @@ class FakeEvaluator:
     def __init__(self):
         self.judged = []
 
-    def judge_many(self, pairs):
+    def judge_many(self, pairs, on_verdict=None):
         self.judged += pairs
         return [Verdict(status="correct" if "OK" in c.source else "incorrect", reason="fake",
                         task_hash=t.hash, candidate_hash=c.hash) for t, c in pairs]
@@ -79,7 +79,7 @@ def test_the_proposer_s_feedback_names_the_ops_the_coder_fails_and_is_slow_on(tm
     from kernelzero.train.family_proposer import pool_feedback
 
     class TimedEvaluator(FakeEvaluator):
-        def judge_many(self, pairs):  # correct kernels of module N=2 run at half eager's speed
+        def judge_many(self, pairs, on_verdict=None):  # correct kernels of module N=2 run at half eager's speed
             vs = super().judge_many(pairs)
             for (t, _), v in zip(pairs, vs):
                 v.speedup = (0.5 if "N = 2" in t.source else 3.0) if v.correct else None

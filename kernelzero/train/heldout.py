@@ -94,8 +94,11 @@ def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], ju
             outs = backend.generate(prompts, n, SamplingConfig(
                 temperature=temperature, top_p=1.0, max_new_tokens=cfg.coder.max_completion_tokens,
                 seed=seed))
-            t_gen += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            t_gen += took
             pairs = [(t, to_candidate(c)) for t, cs in zip(tasks, outs) for c in cs]
+            # A set can take minutes to judge (on cuda each kernel is built in its own process).
+            log(f"  held-out {name} ({label}): {len(pairs)} kernels written in {took:.0f} s; judging them")
             t0 = time.perf_counter()
             verdicts = judge.judge(pairs, context={**context, "set": name, "sampling": label})
             t_judge += time.perf_counter() - t0

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from kernelzero.eval import Verdict
 from kernelzero.integrity import OK, VerdictKey, load_key
 from kernelzero.tasks import Candidate, Task
 
+PROGRESS_EVERY_S = 30.0  # between progress lines of a long batch (Judge.log)
 log = logging.getLogger(__name__)
 
 
@@ -233,13 +235,18 @@ def _one_line(e: BaseException) -> str:
 
 @dataclass
 class Judge:
-    """A judging pool plus the cache. `pool` has `judge_many(pairs) -> [Verdict]` (an Evaluator,
-    a RayPool or a RewardClient; see `open_pool`), already open."""
+    """A judging pool plus the cache. `pool` has `judge_many(pairs, on_verdict=None) ->
+    [Verdict]` (an Evaluator, a RayPool or a RewardClient; see `open_pool`), already open.
+
+    Each verdict goes to the cache as it comes in, so a batch killed halfway (a step limit, a
+    lost machine) keeps the verdicts it reached and a resumed run judges only the rest. `log`
+    gets a progress line about every PROGRESS_EVERY_S seconds of a long batch."""
 
     pool: object
     cache: VerdictCache = field(default_factory=VerdictCache)
     on_verdict: Callable[[Task, Candidate, Verdict], None] | None = None
     last: BatchStats = field(default_factory=BatchStats)
+    log: Callable[[str], None] | None = None
 
     def judge(self, pairs: list[tuple[Task, Candidate]], context: dict | None = None) -> list[Verdict]:
         """Verdicts for `pairs` in order; each distinct pair is judged at most once, ever."""
@@ -255,10 +262,12 @@ class Judge:
             else:
                 todo[key] = (t, c)
         if todo:
-            verdicts = self.pool.judge_many(list(todo.values()))
             ctx = dict(context or {})
-            self.cache.put_many([(k, {**ctx, "task": t.key}, v)
-                                 for (k, (t, _)), v in zip(todo.items(), verdicts)])
+            items = list(todo.items())
+            verdicts = self.pool.judge_many([pair for _, pair in items],
+                                            on_verdict=self._streaming(items, ctx, t0))
+            self.cache.put_many([(k, {**ctx, "task": t.key}, v)  # those not streamed
+                                 for (k, (t, _)), v in zip(items, verdicts)])
             if self.on_verdict:
                 for (t, c), v in zip(todo.values(), verdicts):
                     self.on_verdict(t, c, v)
@@ -266,3 +275,20 @@ class Judge:
         self.last = BatchStats(n_pairs=len(pairs), n_unique=len(set(keys)), n_cached=cached,
                                n_judged=len(todo), latency_s=time.perf_counter() - t0)
         return out
+
+    def _streaming(self, items: list, ctx: dict, t0: float):
+        """The pool's `on_verdict(i, v)`: the verdict into the cache at once (pools call it from
+        their judging threads, hence the lock), and a progress line now and then."""
+        lock, done, last = threading.Lock(), [0], [t0]
+
+        def on_verdict(i: int, v: Verdict) -> None:
+            k, (t, _) = items[i]
+            with lock:
+                self.cache.put_many([(k, {**ctx, "task": t.key}, v)])
+                done[0] += 1
+                now = time.perf_counter()
+                if self.log and now - last[0] >= PROGRESS_EVERY_S and done[0] < len(items):
+                    last[0] = now
+                    self.log(f"    judged {done[0]}/{len(items)} ({done[0] / (now - t0):.1f}/s)")
+
+        return on_verdict

@@ -215,7 +215,7 @@ class Loop:
             self.evaluator = stack.enter_context(Evaluator(self.cfg.eval_config()))
             if local:  # worker start-up overlaps model loading
                 warm_up_in_background(self.evaluator)
-            self.judge = Judge(self.evaluator if local else pool, self.cache)
+            self.judge = Judge(self.evaluator if local else pool, self.cache, log=self.log)
             self._models()
             if self.rank == 0:
                 try:  # TensorBoard is an extra; steps.jsonl holds the same scalars
