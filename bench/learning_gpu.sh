@@ -112,6 +112,11 @@ gpu-coder)
     --set heldout.ood_long=50 --set heldout.ood_pairs=50 ${KZ_SETS:-} 2>&1 | tee "$OUT/coder-gpu.log" | grep -v "it/s\]"
   cp /tmp/runs/coder-gpu/summary.json "$OUT/coder-gpu-summary.json" 2>/dev/null
   cp /tmp/runs/coder-gpu/cold_start/cold_start.json "$OUT/coder-gpu-cold_start.json" 2>/dev/null
+  # KZ_RETURN_MODEL=1: the trained model comes back in bf16 (about 50 MB for 24M parameters), in
+  # 15 MB parts (the device returns files of at most 16 MB): cat OUT/coder-gpu-model.tgz.part-* | tar xz
+  [ -z "${KZ_RETURN_MODEL:-}" ] || { rm -rf /tmp/model-bf16 && cp -r /tmp/runs/coder-gpu/cold_start/model /tmp/model-bf16 \
+    && python3 -c 'import sys, torch; from safetensors.torch import load_file, save_file; p = sys.argv[1]; save_file({k: v.to(torch.bfloat16) for k, v in load_file(p).items()}, p, metadata={"format": "pt"})' /tmp/model-bf16/model.safetensors \
+    && tar czf - -C /tmp model-bf16 | split -b 15M - "$OUT/coder-gpu-model.tgz.part-"; }
   [ -n "${KZ_SKIP_KB:-}" ] || kb_bench hf:/tmp/runs/coder-gpu/cold_start/model coder-gpu-kb-l1
   [ -z "${KZ_TEACHER_N:-}" ] || timeout 150 python3 bench/teacher_check.py --n "$KZ_TEACHER_N" --target gpu \
     --device cuda --seed 0 --out "$OUT/teacher_gpu" 2>&1 | tail -15

@@ -101,7 +101,8 @@ def main(argv=None) -> int:
             continue
         rec.update(status=v.status, reason=v.reason, speedup=v.speedup,
                    runtime_ms=v.runtime_ms.median_ms if v.runtime_ms else None,
-                   ref_runtime_ms=v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None)
+                   ref_runtime_ms=v.ref_runtime_ms.median_ms if v.ref_runtime_ms else None,
+                   wall_s=v.wall_s, phases_s=v.phases_s)  # where a judgement's time went
     summary = summarise(records, {"compose_s": t_compose, "compile_s": t_compile, "judge_s": t_judge},
                         vars(args))
     summary["interrupted"] = interrupted
@@ -151,7 +152,21 @@ def summarise(records, times, args) -> dict:
                                     for k, v in by["kind"].items()},
         "geomean_speedup_chains2": _geomean(chains2),
         "times_s": {k: round(v, 1) for k, v in times.items()}, "args": args,
+        "judgement_phases_s": _phase_medians(records),
     }
+
+
+def _phase_medians(records) -> dict:
+    """The median seconds of each judging phase over the judged modules (Verdict.phases_s: the
+    reference's wait, a worker's take, the first trial with its compile, the timing, ...)."""
+    phases = defaultdict(list)
+    for r in records:
+        for k, v in (r.get("phases_s") or {}).items():
+            if k.endswith("_s") and isinstance(v, (int, float)):
+                phases[k].append(v)
+        if r.get("wall_s") is not None:
+            phases["wall_s"].append(r["wall_s"])
+    return {k: round(statistics.median(v), 3) for k, v in sorted(phases.items())}
 
 
 def markdown(s, records) -> str:
@@ -162,6 +177,9 @@ def markdown(s, records) -> str:
            f"Times: compose {s['times_s']['compose_s']} s, compile {s['times_s']['compile_s']} s, "
            f"judge {s['times_s']['judge_s']} s."
            + (" **Interrupted**: modules not reached are `not_judged`." if s.get("interrupted") else ""), ""]
+    if s.get("judgement_phases_s"):
+        out += ["Median seconds of a judgement, by phase: " + ", ".join(
+            f"{k[:-2]} {v}" for k, v in s["judgement_phases_s"].items()) + ".", ""]
     if s["kernel_lines"]:
         out.append(f"Kernel files: median {s['kernel_lines']['median']} lines / "
                    f"{s['kernel_chars']['median']} chars (~{s['kernel_chars']['median'] // 4} tokens), "
