@@ -14,6 +14,7 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 from kernelzero.eval import EvalConfig, Evaluator  # noqa: E402
+from kernelzero.family.config import config_fields  # noqa: E402
 from kernelzero.train.cold_start import ColdStartConfig, make_data  # noqa: E402
 
 
@@ -27,11 +28,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="the modules' stream (streams overlap little)")
     ap.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="stop judging after about S seconds and write what was judged")
+    ap.add_argument("--family", action="append", default=[], metavar="KEY=VALUE",
+                    help="a FamilyConfig field (e.g. p_kb_docstrings=0.3); repeatable")
     a = ap.parse_args()
     cfg = EvalConfig(device="cpu", max_workers=a.workers, correctness_trials=a.trials,
                      hardening_trials=a.hardening)
     with Evaluator(cfg) as ev:
-        counts = make_data(ColdStartConfig(modules=a.modules, seed=a.seed), Path(a.out), ev,
+        counts = make_data(ColdStartConfig(modules=a.modules, seed=a.seed, family=config_fields(a.family)),
+                           Path(a.out), ev,
                            time_limit_s=a.time_limit)
     print(json.dumps(counts, indent=1))
 

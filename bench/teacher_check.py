@@ -39,18 +39,21 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="judging workers (default: 2 on cpu, 8 on cuda)")
     ap.add_argument("--timing-budget-s", type=float, default=2.0, help="timing budget per module on cuda")
     ap.add_argument("--no-timing", action="store_true", help="on cuda: judge correctness only")
+    ap.add_argument("--family", action="append", default=[], metavar="KEY=VALUE",
+                    help="a FamilyConfig field (e.g. p_kb_docstrings=0.3); repeatable")
     ap.add_argument("--out", default=None, help="results directory (default: runs/teacher_check-TARGET-DEVICE-nN-sS)")
     args = ap.parse_args(argv)
 
     from kernelzero.eval import EvalConfig, Evaluator
     from kernelzero.family import FamilyConfig, generate
+    from kernelzero.family.config import config_fields
     from kernelzero.tasks import Candidate, Task
     from kernelzero.teacher import compile_module
 
     out = Path(args.out or f"runs/teacher_check-{args.target}-{args.device}-n{args.n}-s{args.seed}")
     out.mkdir(parents=True, exist_ok=True)
     cfg = FamilyConfig(kinds=tuple(args.kinds.split(",")), min_ops=args.min_ops, max_ops=args.max_ops,
-                       target=args.target)
+                       target=args.target, **config_fields(args.family))
     t0 = time.perf_counter()
     modules = generate(cfg, args.n, seed=args.seed)
     t_compose = time.perf_counter() - t0

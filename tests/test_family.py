@@ -179,7 +179,8 @@ def test_kernelbench_forms_are_drawn_from_streams_of_their_own():
     assert not any(m.meta["phrasings"][0].startswith("inputs:") for m in off)
     # with the forms and the common names off, the modules drawn before the forms existed (69d7d5c)
     before = generate(FamilyConfig(kinds=("matmul", "rowwise"), p_matmul_inputs=0.0, p_middle_dim=0.0,
-                                   p_dim_arg=0.0, p_common_names=0.0), n=240, seed=9)
+                                   p_dim_arg=0.0, p_common_names=0.0, p_ctor_defaults=0.0,
+                                   p_kb_docstrings=0.0), n=240, seed=9)
     digest = hashlib.sha256("\n".join(m.source for m in before).encode()).hexdigest()[:16]
     assert digest == "15485f0327d6f5e3"
     changed = {id(m) for m in two_input + held_dim}
@@ -198,3 +199,39 @@ def test_kernelbench_forms_are_drawn_from_streams_of_their_own():
         exec(compile(m.source, "<family>", "exec"), ns)
         assert any(isinstance(v, int) and not isinstance(v, bool) for v in ns["get_init_inputs"]())
         run(m.source)
+
+
+def test_kernelbench_signatures_and_docstrings_come_from_a_stream_of_their_own():
+    """KernelBench gives constructor parameters defaults and passes fewer values than parameters
+    (`def __init__(self, dim: int = 1)` with `get_init_inputs` returning `[]`), and writes
+    Args/Returns docstrings. With these forms off every module is the one drawn before (digest of
+    the generator before them); with them on, the modules still build and run, an omitted value
+    takes its default, and the teacher reads them."""
+    from kernelzero.teacher import compile_module
+
+    off = generate(FamilyConfig(p_ctor_defaults=0.0, p_kb_docstrings=0.0), n=300, seed=4)
+    on = generate(FamilyConfig(p_ctor_defaults=1.0, p_kb_docstrings=1.0), n=300, seed=4)
+    digest = hashlib.sha256("\n".join(m.source for m in off).encode()).hexdigest()[:16]
+    assert digest == "ffb3a757032f3b32"  # the generator before these forms (0566fb0)
+    short = []
+    for m in on:
+        init = ast.parse(m.source).body
+        cls = next(n for n in init if isinstance(n, ast.ClassDef))
+        assert ast.get_docstring(cls).startswith("Simple model that performs"), m.source
+        ctor = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        ns: dict = {}
+        exec(compile(m.source, "<family>", "exec"), ns)
+        if len(ns["get_init_inputs"]()) < len(ctor.args.args) - 1:
+            short.append(m)
+    assert len(short) >= 20
+    # the teacher reads an omitted value as its default: its kernels for such modules are correct
+    from kernelzero.eval import EvalConfig, Evaluator
+    from kernelzero.tasks import Candidate, Task
+
+    pairs = [(Task.from_source(m.source, f"short_{i}"), Candidate(compile_module(m.source).kernel_source))
+             for i, m in enumerate([m for m in short if compile_module(m.source).ok][:6])]
+    with Evaluator(EvalConfig(device="cpu", max_workers=2)) as ev:
+        verdicts = ev.judge_many(pairs)
+    assert len(pairs) == 6 and all(v.correct for v in verdicts), [v.reason for v in verdicts]
+    refused = [m.name for m in on[:120] if not compile_module(m.source).ok]
+    assert len(refused) <= 2, refused

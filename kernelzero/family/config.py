@@ -35,6 +35,13 @@ class FamilyConfig:
     p_dim_arg: chance a reduction's or softmax's dim is a constructor argument (`self.dim = dim`,
         `get_init_inputs` returning it), as in KernelBench's reduction problems. Both drawn from a
         stream of their own.
+    p_ctor_defaults: chance the constructor's trailing literal parameters carry their values as
+        defaults (`eps: float = 1e-5`) and `get_init_inputs` passes only some of them (`[]`).
+    p_kb_docstrings: chance of KernelBench's docstrings (class, `__init__` and `forward`, with
+        Args/Returns sections). Both drawn from a stream of their own (family/signature.py); both
+        0 by default until a Coder trained on them ships, since the held-out sets are drawn with
+        the defaults and turning them on changes every held-out figure (data: 0.3 each, through
+        `bench/family_data.py --family p_ctor_defaults=0.3 --family p_kb_docstrings=0.3`).
     """
 
     kinds: tuple[str, ...] = KINDS
@@ -52,6 +59,8 @@ class FamilyConfig:
     p_matmul_inputs: float = 0.35
     p_middle_dim: float = 0.3
     p_dim_arg: float = 0.25
+    p_ctor_defaults: float = 0.0
+    p_kb_docstrings: float = 0.0
 
     def __post_init__(self) -> None:
         bad = [k for k in self.kinds if k not in KINDS]
@@ -66,6 +75,21 @@ class FamilyConfig:
             raise ValueError(f"FamilyConfig.ops: unknown elementwise ops {unknown}")
         if not self.placements or any(p not in PLACEMENTS for p in self.placements):
             raise ValueError(f"FamilyConfig.placements: choose from {PLACEMENTS}")
+
+
+def config_fields(pairs: list[str]) -> dict:
+    """`KEY=VALUE` strings (a script's `--family p_kb_docstrings=0.3`) as FamilyConfig fields,
+    each value read as a Python literal (else kept as text); FamilyConfig checks them."""
+    import ast
+
+    out = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        try:
+            out[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            out[key.strip()] = value.strip()
+    return out
 
 
 @dataclass

@@ -35,6 +35,7 @@ def make_module(cfg: FamilyConfig, seed: int, index: int) -> FamilyModule:
     w = ModuleWriter(rng, cfg, kind, names)
     w.operands = random.Random(f"kernelzero-family/{seed}/{index}/operands")
     w.axes = random.Random(f"kernelzero-family/{seed}/{index}/axes")
+    w.signature = random.Random(f"kernelzero-family/{seed}/{index}/signature")
     {"elementwise": kinds.elementwise, "rowwise": kinds.rowwise, "matmul": kinds.matmul}[kind](w)
     source = w.render()
     ops = [o for o, _ in w.steps]

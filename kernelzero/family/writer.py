@@ -9,6 +9,7 @@ import re
 from kernelzero.family.config import FamilyConfig
 from kernelzero.family.ops import BY_NAME, LAYER_ATTR, FamilyOp, draw_constant
 from kernelzero.family.shapes import Shapes, draw_shapes
+from kernelzero.family.signature import Signature
 
 
 class ModuleWriter:
@@ -31,6 +32,7 @@ class ModuleWriter:
         self.second_expr: str | None = None  # get_inputs' text for a second input of another shape
         self.operands: random.Random | None = None  # streams of their own (make_module)
         self.axes: random.Random | None = None
+        self.signature: random.Random | None = None
         self.residual: str | None = None
         self.param_role = "features"
         self.style = {"stepwise": rng.random() < cfg.p_stepwise,
@@ -193,7 +195,10 @@ class ModuleWriter:
         r, st = self.rng, self.style
         hint, ret = (": torch.Tensor", " -> torch.Tensor") if st["type_hints"] else ("", "")
         args = [self.x] + ([self.second_input] if self.second_input else [])
-        init_sig = ", ".join(["self"] + [f"{n}: {t}" if st["type_hints"] else n for n, _, t in self.init_params])
+        sig = Signature.draw(self.signature, self.init_params, self.cfg.p_ctor_defaults,
+                             self.cfg.p_kb_docstrings)
+        init_sig = ", ".join(["self"] + sig.init_params(self.init_params, st["type_hints"]))
+        what = ", then ".join(o for o, _ in self.steps)
         body = self.lines + [f"return {self.cur}"]
         code = "\n".join(body + self.init_lines)
         out = ["import torch", "import torch.nn as nn" if r.random() < 0.8 else "from torch import nn"]
@@ -204,12 +209,19 @@ class ModuleWriter:
         if self.globals:
             out += [""] + self.globals
         out += ["", "", "class Model(nn.Module):"]
-        if st["docstring"]:
+        if sig.docstrings:
+            out += sig.class_doc(what) + [""]
+        elif st["docstring"]:
             out += [f'    """{self.describe()}"""', ""]
-        out += [f"    def __init__({init_sig}):", f"        {st['super']}.__init__()"]
+        out += [f"    def __init__({init_sig}):"]
+        if sig.docstrings:
+            out += sig.init_doc(self.init_params, self.signature)
+        out += [f"        {st['super']}.__init__()"]
         out += [f"        {line}" for line in self.init_lines]
         out += ["", f"    def forward(self, {', '.join(a + hint for a in args)}){ret}:"]
-        if st["docstring"] and r.random() < 0.5:
+        if sig.docstrings:
+            out += sig.forward_doc(what, args)
+        elif st["docstring"] and r.random() < 0.5:
             out.append(f"        # {self.describe()}")
         out += [f"        {line}" for line in body]
         inputs = self.shapes.input_expr(st["input_offset"], r, st["sizes"])
@@ -217,7 +229,7 @@ class ModuleWriter:
         out += ["", ""] + (sizes + ["", ""] if sizes else [])
         exprs = [inputs] * len(args) if self.second_expr is None else [inputs, self.second_expr]
         out += ["def get_inputs():"] + self.inputs_body(exprs) + ["", "",
-                "def get_init_inputs():", f"    return [{', '.join(v for _, v, _ in self.init_params)}]", ""]
+                "def get_init_inputs():", sig.init_inputs(self.init_params, self.signature), ""]
         return "\n".join(out)
 
     def inputs_body(self, exprs: list[str]) -> list[str]:
