@@ -162,7 +162,7 @@ def test_on_cuda_the_spare_pool_covers_a_coder_step_unless_set():
 
 
 def test_each_phase_prints_one_line_of_its_figures():
-    from kernelzero.train.loop import _phase_line
+    from kernelzero.train.round_report import phase_line as _phase_line
 
     coder = _phase_line({"phase": "coder", "tasks": 48, "pool_tasks": 3, "correct_rate": 0.3125,
                          "gate_open_rate": 0.25, "mixed_group_rate": None})

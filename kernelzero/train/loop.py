@@ -47,7 +47,7 @@ import yaml
 from kernelzero.train.checkpoint import PHASES, RunState, restore_rng, save_rng
 from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge, VerdictCache, open_pool
-from kernelzero.train.round_report import plot_heldout
+from kernelzero.train.round_report import count, mean, phase_line, plot_heldout
 from kernelzero.train.steplog import StepLogger, read_steps
 
 EXAMPLE_TASKS = Path(__file__).resolve().parent.parent / "examples" / "tasks"
@@ -268,7 +268,7 @@ class Loop:
                 trainer.processing_class.save_pretrained(str(model_dir))
             trainer.accelerator.wait_for_everyone()  # the next phase loads what rank 0 wrote
         info.update({"steps": steps, "round": r, "phase": phase})
-        self.log(_phase_line(info))
+        self.log(phase_line(info))
         self.state.steps += steps
         self.state.done.append(pid)
         if self.rank == 0:
@@ -288,9 +288,9 @@ class Loop:
         trainer = run_coder_phase(self.cfg, self.state.coder_model, tasks, self.judge, ckpt / "trl", seed,
                                   [logger], self.state.coder_optimizer or None, context, self.world)
         comps = [h["components"] for h in trainer.reward_history]
-        info["gate_open_rate"] = _mean([c["gate_open_rate"] for c in comps])
-        info["correct_rate"] = _mean([c["correct_rate"] for c in comps])
-        info["mixed_group_rate"] = _mean([c.get("mixed_group_rate") for c in comps])
+        info["gate_open_rate"] = mean([c["gate_open_rate"] for c in comps])
+        info["correct_rate"] = mean([c["correct_rate"] for c in comps])
+        info["mixed_group_rate"] = mean([c.get("mixed_group_rate") for c in comps])
         info["mixed_group_rate_by_step"] = [c.get("mixed_group_rate") for c in comps]
         # Every rank holds the same gathered history, so every rank records the same rows
         # (idempotent per task, round and phase), as the Proposer phase's ranks each add theirs.
@@ -333,13 +333,13 @@ class Loop:
                                  provenance={"round": r, "phase": "proposer"})
             self.pool.record(h, r, flags)
         hist = reward.history
-        info = {"modules": len(hist), "valid_rate": _mean([h["valid"] for h in hist]),
-                "frontier_mean": _mean([h["reward"] for h in hist if h["valid"]]),
-                "reward_mean": _mean([h["reward"] for h in hist]), "valid": len(reward.valid_modules),
+        info = {"modules": len(hist), "valid_rate": mean([h["valid"] for h in hist]),
+                "frontier_mean": mean([h["reward"] for h in hist if h["valid"]]),
+                "reward_mean": mean([h["reward"] for h in hist]), "valid": len(reward.valid_modules),
                 "in_band": sum(bool(h.get("in_band")) for h in hist),
                 "band_share": (sum(bool(h.get("in_band")) for h in hist if h["valid"])
                                / max(1, sum(bool(h["valid"]) for h in hist))),
-                "rejections": _count([h["reason"] for h in hist if not h["valid"]])}
+                "rejections": count([h["reason"] for h in hist if not h["valid"]])}
         return trainer, info
 
     # ------------------------------------------------------------------ reports
@@ -431,29 +431,3 @@ def _truncate(path: Path, n_bytes: int) -> None:
     if path.exists() and path.stat().st_size > n_bytes:
         with path.open("r+b") as f:
             f.truncate(n_bytes)
-
-
-def _phase_line(info: dict) -> str:
-    """What a phase did, in one line a person reads: its modules or its kernels."""
-    pct = lambda x: "n/a" if x is None else f"{100 * x:.0f}%"  # noqa: E731
-    if info["phase"] == "proposer":
-        rej = ", ".join(f"{k} {n}" for k, n in sorted(info.get("rejections", {}).items(),
-                                                      key=lambda kv: -kv[1])[:3])
-        return (f"  proposer: {info.get('valid', 0)}/{info.get('modules', 0)} modules valid, "
-                f"{info.get('in_band', 0)} in the band" + (f"; refused: {rej}" if rej else ""))
-    return (f"  coder: {info.get('tasks', 0)} tasks ({info.get('pool_tasks', 0)} from the pool), "
-            f"kernels correct {pct(info.get('correct_rate'))}, speed gate open "
-            f"{pct(info.get('gate_open_rate'))}, groups with a reward spread "
-            f"{pct(info.get('mixed_group_rate'))}")
-
-
-def _mean(xs) -> float | None:
-    xs = [float(x) for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def _count(xs) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for x in xs:
-        out[x] = out.get(x, 0) + 1
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))

@@ -181,3 +181,29 @@ def plot_heldout(rep: Path, heldout: list[dict]) -> Path | None:
     path = rep / "heldout.png"
     fig.savefig(path, dpi=90)
     return path
+
+
+def phase_line(info: dict) -> str:
+    """What a phase did (loop.py), in one line a person reads: its modules or its kernels."""
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.0f}%"  # noqa: E731
+    if info["phase"] == "proposer":
+        rej = ", ".join(f"{k} {n}" for k, n in sorted(info.get("rejections", {}).items(),
+                                                      key=lambda kv: -kv[1])[:3])
+        return (f"  proposer: {info.get('valid', 0)}/{info.get('modules', 0)} modules valid, "
+                f"{info.get('in_band', 0)} in the band" + (f"; refused: {rej}" if rej else ""))
+    return (f"  coder: {info.get('tasks', 0)} tasks ({info.get('pool_tasks', 0)} from the pool), "
+            f"kernels correct {pct(info.get('correct_rate'))}, speed gate open "
+            f"{pct(info.get('gate_open_rate'))}, groups with a reward spread "
+            f"{pct(info.get('mixed_group_rate'))}")
+
+
+def mean(xs) -> float | None:
+    xs = [float(x) for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def count(xs) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
