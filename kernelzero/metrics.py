@@ -166,7 +166,8 @@ def summarize(records: list[dict], ks=None, ps=DEFAULT_PS, n_boot: int = 1000, s
     fast_p {"eager"|"compile": {"p": metric} | None}, geomean_speedup {"eager"|"compile":
     metric + "n"}, timed {"eager"|"compile": correct samples with that speedup},
     speedups {"eager"|"compile": [speedup of each correct sample that has one]}, notes [str].
-    A metric is {"value", "lo", "hi"}; lo/hi are None without bootstrap (n_boot = 0).
+    A metric is {"value", "lo", "hi"}; lo/hi are None without bootstrap (n_boot = 0). One function
+    on purpose: it computes the keys above in that order, each in a few lines.
     """
     cfg = SummaryConfig(ks=ks, ps=ps, n_boot=n_boot, seed=seed, ci_level=ci_level)
     records = list(records)

@@ -75,6 +75,8 @@ def judging_env_key(evaluator) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """`kernelzero bench`: arguments checked, samples made and judged, the report written, in the
+    order the user sees them. One function on purpose: each step is a few lines, used once."""
     from kernelzero.cli import UsageError
     from kernelzero.coder.benchmark_run import BenchRun, records, safe_name
     from kernelzero.commands.eval_cmd import check_pool_args

@@ -49,6 +49,8 @@ def _find(api: str):
 
 
 def run(args) -> int:
+    """`kernelzero catalog`: one branch per sub-command, each a few lines that print or write. One
+    function on purpose: the branches share the argument checks and nothing else."""
     from kernelzero.cli import UsageError
     from kernelzero.catalog.specs import FAMILIES, SPECS, spec_dict
     cmd = args.catalog_command

@@ -111,6 +111,8 @@ def _progress(total: int, desc: str, quiet: bool):
 
 
 def run(args: argparse.Namespace) -> int:
+    """`kernelzero generate`: the module read, the Coder loaded, attempts judged, the best kernel
+    written, in the order the user sees them. One function on purpose: each step is used once."""
     from kernelzero.cli import UsageError
     from kernelzero.coder.attempts import LoopConfig, best_attempt, run_loop
     from kernelzero.commands.checks import require_file

@@ -54,6 +54,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """`kernelzero propose`: arguments checked, modules composed and validated, tasks written, in
+    the order the user sees them. One function on purpose: each step is a few lines, used once."""
     from pathlib import Path
 
     from kernelzero.cli import UsageError

@@ -177,7 +177,8 @@ class Composer:
         self.scale = "cpu" if self.target.name == "cpu" else "gpu"
 
     def compose(self, apis: list[str], rng: random.Random, order: list[str] | None = None) -> Composed:
-        """A module using exactly `apis`; `order` fixes the chain order instead of choosing it."""
+        """A module using exactly `apis`; `order` fixes the chain order instead of choosing it. Long on
+        purpose: the sizes, memory cap and chain are drawn in one pass that reads top to bottom."""
         cfg, tgt = self.config, self.target
         if order is not None:
             if sorted(order) != sorted(apis):

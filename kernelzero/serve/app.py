@@ -189,7 +189,8 @@ def create_app(pool, config: ServeConfig | None = None, pool_kind: str | None = 
     """The FastAPI app serving `pool` (anything with `judge_many(pairs, on_verdict)`).
 
     The app starts its dispatcher threads on startup and stops them on shutdown; it does not
-    close the pool (whoever made the pool does).
+    close the pool (whoever made the pool does). The routes are closures over the app's queue and
+    pool, so they live in this one function.
     """
     config = config or ServeConfig()
     kind = pool_kind or _pool_kind(pool)

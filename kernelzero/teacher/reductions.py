@@ -96,6 +96,8 @@ class RowLowering:
         return self.ew("mul", y, w) if w is not None else y
 
     def apply_row_or_matmul(self, name: str, a: dict, x):
+        """The IR node of a row op or a matmul named `name` (arguments `a`, input `x`). One branch
+        per op family, kept in one place so every spelling of a reduction lowers the same way."""
         if name in ("matmul", "mm"):
             return self.matmul(x, a.get("other", a.get("mat2")))
         if name == "linear":

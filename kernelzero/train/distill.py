@@ -78,7 +78,8 @@ _now = time.monotonic  # the time limit's clock (a test replaces it)
 
 def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, progress: bool = False) -> dict:
     """Sample, judge, keep, write; returns counts {tasks, samples, judged, correct, kept,
-    tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}."""
+    tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}. One
+    function on purpose: the four steps read top to bottom and share their counts."""
     from kernelzero.coder.prompts import PromptConfig, build_prompt
     from kernelzero.models import SamplingConfig, load_backend
     from kernelzero.coder.extract import to_candidate
