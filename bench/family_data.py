@@ -14,8 +14,9 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 
 from kernelzero.eval import EvalConfig, Evaluator  # noqa: E402
-from kernelzero.family.config import config_fields  # noqa: E402
+from kernelzero.family import FamilyConfig  # noqa: E402
 from kernelzero.train.cold_start import ColdStartConfig, make_data  # noqa: E402
+from kernelzero.train.config_file import parse_overrides  # noqa: E402
 
 
 def main() -> None:
@@ -31,10 +32,15 @@ def main() -> None:
     ap.add_argument("--family", action="append", default=[], metavar="KEY=VALUE",
                     help="a FamilyConfig field (e.g. p_kb_docstrings=0.3); repeatable")
     a = ap.parse_args()
+    try:  # the same KEY=VALUE reading as `kernelzero train --set`, checked before any judging
+        family = parse_overrides(a.family, "--family", "p_kb_docstrings=0.3")
+        FamilyConfig(**family)
+    except (ValueError, TypeError) as e:
+        ap.error(str(e))
     cfg = EvalConfig(device="cpu", max_workers=a.workers, correctness_trials=a.trials,
                      hardening_trials=a.hardening)
     with Evaluator(cfg) as ev:
-        counts = make_data(ColdStartConfig(modules=a.modules, seed=a.seed, family=config_fields(a.family)),
+        counts = make_data(ColdStartConfig(modules=a.modules, seed=a.seed, family=family),
                            Path(a.out), ev,
                            time_limit_s=a.time_limit)
     print(json.dumps(counts, indent=1))

@@ -46,14 +46,17 @@ def main(argv=None) -> int:
 
     from kernelzero.eval import EvalConfig, Evaluator
     from kernelzero.family import FamilyConfig, generate
-    from kernelzero.family.config import config_fields
+    from kernelzero.train.config_file import parse_overrides
     from kernelzero.tasks import Candidate, Task
     from kernelzero.teacher import compile_module
 
     out = Path(args.out or f"runs/teacher_check-{args.target}-{args.device}-n{args.n}-s{args.seed}")
     out.mkdir(parents=True, exist_ok=True)
-    cfg = FamilyConfig(kinds=tuple(args.kinds.split(",")), min_ops=args.min_ops, max_ops=args.max_ops,
-                       target=args.target, **config_fields(args.family))
+    try:  # the same KEY=VALUE reading as `kernelzero train --set`
+        cfg = FamilyConfig(kinds=tuple(args.kinds.split(",")), min_ops=args.min_ops, max_ops=args.max_ops,
+                           target=args.target, **parse_overrides(args.family, "--family", "p_kb_docstrings=0.3"))
+    except (ValueError, TypeError) as e:
+        ap.error(str(e))
     t0 = time.perf_counter()
     modules = generate(cfg, args.n, seed=args.seed)
     t_compose = time.perf_counter() - t0

@@ -105,6 +105,9 @@ def test_ops_and_lengths_are_honoured():
         FamilyConfig(min_ops=3, max_ops=2)
     with pytest.raises(ValueError):
         FamilyConfig(ops=("cumsum",))
+    for bad in ("abc", 1.5, -0.1, True):  # a probability read as text (`--family p_x=abc`) fails here
+        with pytest.raises(ValueError, match="a probability"):
+            FamilyConfig(p_kb_docstrings=bad)
 
 
 def test_sizes_follow_the_target():

@@ -1,7 +1,7 @@
 """What the family generator draws (`FamilyConfig`) and what it gives back (`FamilyModule`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from kernelzero.family.ops import ELEMENTWISE
 
@@ -73,23 +73,13 @@ class FamilyConfig:
         unknown = [o for o in (self.ops or ()) if o not in {op.name for op in ELEMENTWISE}]
         if unknown:
             raise ValueError(f"FamilyConfig.ops: unknown elementwise ops {unknown}")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name.startswith("p_") and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                            or not 0 <= v <= 1):
+                raise ValueError(f"FamilyConfig.{f.name}={v!r}: a probability, a number in [0, 1]")
         if not self.placements or any(p not in PLACEMENTS for p in self.placements):
             raise ValueError(f"FamilyConfig.placements: choose from {PLACEMENTS}")
-
-
-def config_fields(pairs: list[str]) -> dict:
-    """`KEY=VALUE` strings (a script's `--family p_kb_docstrings=0.3`) as FamilyConfig fields,
-    each value read as a Python literal (else kept as text); FamilyConfig checks them."""
-    import ast
-
-    out = {}
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        try:
-            out[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            out[key.strip()] = value.strip()
-    return out
 
 
 @dataclass

@@ -36,19 +36,20 @@ def load_config(spec: str | Path, overrides: dict | None = None) -> TrainConfig:
     return from_dict(data)
 
 
-def parse_overrides(items: list[str]) -> dict:
+def parse_overrides(items: list[str], flag: str = "--set", example: str = "cold_start.data=data.jsonl") -> dict:
     """`KEY=VALUE` strings (`--set coder.learning_rate=1e-5`; VALUE read as YAML) as the nested
-    overrides `load_config` and `merge_overrides` take. A malformed item raises ValueError."""
+    overrides `load_config` and `merge_overrides` take. A malformed item raises ValueError, naming
+    `flag` and `example` (the option it came from)."""
     overrides: dict = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ValueError(f"--set {item!r}: write KEY=VALUE, e.g. --set cold_start.data=data.jsonl")
+            raise ValueError(f"{flag} {item!r}: write KEY=VALUE, e.g. {flag} {example}")
         tree, path = overrides, key.strip().split(".")
         for part in path[:-1]:
             tree = tree.setdefault(part, {})
             if not isinstance(tree, dict):
-                raise ValueError(f"--set: {part!r} is not a section")
+                raise ValueError(f"{flag}: {part!r} is not a section")
         tree[path[-1]] = yaml.safe_load(value)
     return overrides
 
