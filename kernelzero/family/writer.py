@@ -198,7 +198,7 @@ class ModuleWriter:
         sig = Signature.draw(self.signature, self.init_params, self.cfg.p_ctor_defaults,
                              self.cfg.p_kb_docstrings)
         init_sig = ", ".join(["self"] + sig.init_params(self.init_params, st["type_hints"]))
-        what = ", then ".join(o for o, _ in self.steps)
+        what = self.ops_text()
         body = self.lines + [f"return {self.cur}"]
         code = "\n".join(body + self.init_lines)
         out = ["import torch", "import torch.nn as nn" if r.random() < 0.8 else "from torch import nn"]
@@ -241,5 +241,8 @@ class ModuleWriter:
         local = self.names.choice([o for o in options if not taken & set(o)])
         return [f"    {n} = {e}" for n, e in zip(local, exprs)] + [f"    return [{', '.join(local)}]"]
 
+    def ops_text(self) -> str:
+        return ", then ".join(o for o, _ in self.steps)
+
     def describe(self) -> str:
-        return f"{self.kind.capitalize()} module: " + ", then ".join(o for o, _ in self.steps) + "."
+        return f"{self.kind.capitalize()} module: {self.ops_text()}."
