@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from kernelzero.eval import EvalConfig, Evaluator
-from kernelzero.eval.audit import audit_task, would_pass, wrapped_source
+from kernelzero.eval.audit import audit_task
+from kernelzero.eval.audit_checks import would_pass
+from kernelzero.eval.audit_wrapper import wrapped_source
 from kernelzero.tasks import Task
 
 HEAD = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"

@@ -111,7 +111,7 @@ def test_compare_many_reads_once_and_keeps_each_pairs_own_first_failure(monkeypa
 
 
 def test_check_trials_rules_on_the_first_failing_trial():
-    from kernelzero.eval.reference import TrialResult
+    from kernelzero.eval.trial_results import TrialResult
     from kernelzero.eval.rulings import check_trials
     from kernelzero.eval.verdict import Verdict
     cfg = EvalConfig()

@@ -29,7 +29,8 @@ import ray
 from ray import cloudpickle  # Ray's own copy: the one that pickles task arguments
 
 from kernelzero.eval import EvalConfig, Verdict
-from kernelzero.eval.pools.ray_pool import RayPool, RayPoolConfig, RayPoolError
+from kernelzero.eval.pools.ray_config import RayPoolConfig
+from kernelzero.eval.pools.ray_pool import RayPool, RayPoolError
 from kernelzero.store import Store, verdict_key
 from kernelzero.tasks import Candidate, Task, find_samples, load_tasks
 

@@ -154,7 +154,7 @@ def test_no_isolation_is_reported_and_warned_about_once(tmp_path, capsys, monkey
     err = capsys.readouterr().err
     assert err.count("WARNING: kernelzero does not jail") == 1 and "switched off" in err
     assert not jail.warn_if_unisolated("none")  # once per process
-    from kernelzero.eval.sandbox.sandbox import sandbox_report
+    from kernelzero.eval.sandbox.limits import sandbox_report
     assert sandbox_report(limits, "cpu")["isolation"] == "none"
 
 
@@ -164,7 +164,7 @@ def test_a_required_jail_that_cannot_be_made_fails_every_worker(tmp_path, monkey
         SandboxWorker("cpu", SandboxLimits(isolation="bwrap"), work_root=str(tmp_path))
     auto = jail.isolation_for("auto", "cpu")
     assert auto.kind == "none" and "not installed" in auto.reason
-    from kernelzero.eval.sandbox.sandbox import sandbox_report
+    from kernelzero.eval.sandbox.limits import sandbox_report
     assert sandbox_report(SandboxLimits(isolation="bwrap"), "cpu")["isolation"] == "unavailable"
 
 

@@ -1,7 +1,7 @@
 """A timed loop that saw work outlive its calls is timed once more (reference.time_settled):
 another process's GPU work reads the same way, a module that leaves work behind does it again."""
 from kernelzero.eval import EvalConfig
-from kernelzero.eval.reference import time_settled, timing_details
+from kernelzero.eval.time_command import time_settled, timing_details
 from kernelzero.eval.schedule import make_schedule
 
 

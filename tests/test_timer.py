@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import torch
 
-from kernelzero.eval.worker.timer import spread_ok, time_calls
+from kernelzero.eval.worker.timer import time_calls
+from kernelzero.eval.worker.timing_rules import spread_ok
 
 CYCLES_PER_MS = 1_000_000
 
@@ -271,7 +272,7 @@ def test_work_after_the_call_is_caught_on_a_busy_host_too():
 def test_synchronizes_come_more_often_once_one_was_disturbed():
     """One synchronize in 8, but two in three disturbed: the loop synchronises more often, so
     MIN_SYNCED clean ones are in before its 100 calls end, and it is judged on them."""
-    from kernelzero.eval.worker.timer import MIN_SYNCED
+    from kernelzero.eval.worker.timing_rules import MIN_SYNCED
     gpu, written = SimGPU(off_cpu_ms=lambda n: 0.5 if n % 3 else 0.0), []
     cmd = {**CMD, "seeds": list(range(100)), "warmup_ms": 0.0, "checked": [],
            "min_trials": 100, "max_trials": 100}
@@ -321,7 +322,7 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
 def test_the_late_margin_covers_host_noise_but_not_real_work():
     """Gaps 0.03-0.04 ms beyond the calibrated latency came from honest loops on a loaded H200
     host; work left behind for 0.1 ms (or 5% of a long call) still counts as late."""
-    from kernelzero.eval.worker.timer import _late
+    from kernelzero.eval.worker.timing_rules import _late
     fast = [0.2] * 12
     assert not _late([0.008 + 0.04] * 12, fast, 0.008)
     assert _late([0.008 + 0.1] * 12, fast, 0.008)
@@ -360,7 +361,7 @@ def test_the_run_queue_delay_is_read_for_the_calling_thread_or_taken_as_zero(mon
     cannot be read, so every synchronize counts as undisturbed and every gap is judged."""
     import os
 
-    from kernelzero.eval.worker.timer import run_delay_reader
+    from kernelzero.eval.worker.timing_primitives import run_delay_reader
     read = run_delay_reader()
     first = read()
     sum(range(200_000))

@@ -48,7 +48,7 @@ def environment(cfg, limits, gpu_name: str | None) -> dict:
     `none` where code under judgement could reach the user's files and the store)."""
     import torch
 
-    from kernelzero.eval.sandbox.sandbox import sandbox_report
+    from kernelzero.eval.sandbox.limits import sandbox_report
     return {
         "torch": torch.__version__, "triton": _version("triton"), "python": sys.version.split()[0],
         "platform": platform.platform(terse=True), "device": cfg.device,

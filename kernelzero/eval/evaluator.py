@@ -35,14 +35,14 @@ from kernelzero.eval.device.footprint import gib
 from kernelzero.eval.device.memory_gate import out_of_memory
 from kernelzero.eval.device.memory_plan import MemoryPlan
 from kernelzero.eval.judgement import CandidateJudgement, _loading_reason
-from kernelzero.eval.reference import (WAIT_EXIT_BYTES, ReferenceRun, StreamedReference,
-                                       run_reference)
+from kernelzero.eval.reference import WAIT_EXIT_BYTES, ReferenceRun, run_reference
 from kernelzero.eval.reference_cache import ReferenceCache
 from kernelzero.eval.rulings import worker_status
-from kernelzero.eval.sandbox.sandbox import (SandboxLimits, SandboxWorker, WorkerDied,
-                                             WorkerTimeout, reap_pending)
+from kernelzero.eval.sandbox.channel import WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker, reap_pending
 from kernelzero.eval.sandbox.spares import SparePool
 from kernelzero.eval.schedule import HARDENING_DISTS, Schedule, Trial, make_schedule, new_secret
+from kernelzero.eval.streamed_reference import StreamedReference
 from kernelzero.eval.transport.tensorio import DecodeError, TensorOut
 from kernelzero.eval.verdict import Timing, Verdict
 from kernelzero.tasks.task import (Candidate, Task, static_check_candidate, static_check_task)

@@ -7,7 +7,7 @@ In order (evaluator.Evaluator._judge_in_worker loads the candidate and gets the 
 2. under the GPU lock (shared): the model moves to the device, and the correctness trials run,
    a request at a time for as many trials as `MemoryPlan.slots` allows (their outputs are
    compared before the next request); a streamed task's reference runs each trial beside it
-   (reference.StreamedReference), compared at once;
+   (streamed_reference.StreamedReference), compared at once;
 3. on a GPU, the timing (exclusive), with the checked calls' outputs copied before the GPU is
    let go and compared after (shared);
 4. under the strict policy, the library share of one profiled call.
@@ -19,12 +19,14 @@ import time
 from kernelzero.eval.compare import compare_many
 from kernelzero.eval.transport.cuda_ipc import SharedMappings, hold_arena, shared_bytes
 from kernelzero.eval.device.gpu_lock import gpu_lock_for
-from kernelzero.eval.reference import (ReferenceFailed, ReferenceRun, StreamedReference,
-                                       decode_trials, reserve, time_settled, worker_breakdown)
+from kernelzero.eval.reference import ReferenceRun, reserve
 from kernelzero.eval.rulings import check_trials, correct_verdict, timed_verdict, worker_status
 from kernelzero.eval.sandbox.sandbox import SandboxWorker
 from kernelzero.eval.schedule import Trial
+from kernelzero.eval.streamed_reference import ReferenceFailed, StreamedReference
+from kernelzero.eval.time_command import time_settled
 from kernelzero.eval.transport.tensorio import decode
+from kernelzero.eval.trial_results import decode_trials, worker_breakdown
 from kernelzero.eval.verdict import Verdict
 
 

@@ -8,8 +8,12 @@ candidate process ever holds them. On a GPU it is then timed exactly like a cand
 A task whose outputs are too large to keep (memory_plan.MemoryPlan.streamed: KernelBench's
 reach 8 GiB a call, 12 trials a task) is streamed: the run above keeps only what the outputs say
 about the task (their size and finiteness, the inputs' checksums and mutations) and its timing,
-and each judgement runs the reference again in a worker of its own (`StreamedReference`), one
-trial at a time beside its candidate, comparing each trial's outputs in place before the next.
+and each judgement runs the reference again in a worker of its own (`StreamedReference`,
+streamed_reference.py), one trial at a time beside its candidate, comparing each trial's outputs
+in place before the next.
+
+Here: `run_reference` and its steps (load, admit, build and run, record, time, keep). A trial's
+results and how they are decoded: trial_results.py; the `time` command: time_command.py.
 """
 from __future__ import annotations
 
@@ -26,25 +30,15 @@ from kernelzero.eval.device.footprint import Footprint
 from kernelzero.eval.device.gpu_lock import gpu_lock_for
 from kernelzero.eval.device.memory_gate import Grant
 from kernelzero.eval.device.memory_plan import MemoryPlan
-from kernelzero.eval.sandbox.sandbox import SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox.channel import WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox.sandbox import SandboxWorker
 from kernelzero.eval.schedule import Schedule, Trial
-from kernelzero.eval.transport.tensorio import DecodeError, TensorOut, decode
+from kernelzero.eval.time_command import (_timing, time_module, time_settled, timed_calls,
+                                          timing_details)
+from kernelzero.eval.transport.tensorio import DecodeError
+from kernelzero.eval.trial_results import (TrialResult, _nbytes, _summary, decode_trials,
+                                           worker_breakdown)
 from kernelzero.eval.verdict import Timing
-
-
-@dataclass
-class TrialResult:
-    outputs: object                 # decoded (TensorOut / scalar / sequence); None: streamed
-    digest: float                   # checksum of the inputs the worker generated
-    mutated: list[int]              # inputs the module changed in place
-    inputs_after: object = None     # decoded values of the mutated inputs after the call
-    inputs: object = None           # decoded pristine inputs (probe only)
-    out_bytes: int = 0              # the outputs' tensor bytes (streamed trials)
-    known_finite: bool | None = None  # the outputs' finiteness, when they are not kept
-
-    @property
-    def finite(self) -> bool:
-        return self.known_finite if self.known_finite is not None else _finite(self.outputs)
 
 
 @dataclass
@@ -67,81 +61,6 @@ class ReferenceRun:
     timing_details: dict = field(default_factory=dict)  # how its timed loop ran (timing_details())
     footprint: Footprint = field(default_factory=Footprint)  # one call's memory (footprint.py)
     streamed: bool = False  # outputs not kept: each judgement runs the reference beside it
-
-
-def _finite(obj) -> bool:
-    import torch
-    if isinstance(obj, TensorOut):
-        t = obj.tensor
-        if not (t.is_floating_point() or t.is_complex()):
-            return True
-        flat, chunk = t.reshape(-1), 1 << 25  # no whole-output boolean scratch
-        return all(bool(torch.isfinite(flat[i:i + chunk]).all())
-                   for i in range(0, flat.numel(), chunk))
-    if isinstance(obj, (tuple, list)):
-        return all(_finite(x) for x in obj)
-    if isinstance(obj, float):
-        return obj == obj and abs(obj) != float("inf")
-    return True
-
-
-def decode_trials(worker: SandboxWorker, reply: dict, want_inputs: bool = False,
-                  mapped: SharedMappings | None = None,
-                  keep_mapped: bool = False) -> list[TrialResult]:
-    """Every trial's outputs (and inputs where sent), in the judge's own memory (or, with a
-    `mapped` that does not copy, views of the worker's). Each shared allocation is mapped once
-    for the whole reply and unmapped before this returns unless `keep_mapped`, under the
-    caller's GPU lock (`mapped`, if given, counts the time spent mapping)."""
-    out = []
-    mapped = SharedMappings() if mapped is None else mapped
-
-    def read(item):
-        return decode(item["desc"], worker.path_of(item["file"]), mapped=mapped)
-    for t in reply["trials"]:
-        res = TrialResult(outputs=read(t["outputs"]), digest=float(t.get("input_digest", 0.0)),
-                          mutated=[int(i) for i in t.get("mutated", [])])
-        if "inputs_after" in t:
-            res.inputs_after = read(t["inputs_after"])
-        if want_inputs and "inputs" in t:
-            res.inputs = read(t["inputs"])
-        out.append(res)
-    if not keep_mapped:
-        mapped.clear()
-    return out
-
-
-def time_module(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule, l2_bytes: int | None,
-                compile_: bool = False, checked: list[int] | None = None,
-                late_counts: bool = True) -> dict:
-    """Send the `time` command (caller holds the GPU lock). Returns the raw reply.
-    `late_counts` false (a reference): the times are the calls' own even when work outlived them
-    (timer.py: an upper bound of a reference's time would inflate the speedups against it)."""
-    flush = max(4 * (l2_bytes or 50 * 2**20), 64 * 2**20)
-    msg = {"op": "time", "seeds": schedule.timing_seeds, "checked": checked or [],
-           "warmup": cfg.timing_warmup,
-           "warmup_ms": cfg.timing_warmup_ms, "min_trials": cfg.timing_min_trials,
-           "max_trials": cfg.timing_max_trials, "rel_spread": cfg.timing_rel_spread,
-           "budget_s": cfg.timing_budget_s, "flush_bytes": flush, "compile": compile_,
-           "late_counts": late_counts}
-    timeout = cfg.run_timeout_s + cfg.timing_budget_s + (cfg.load_timeout_s if compile_ else 0)
-    return worker.request(msg, timeout)
-
-
-def time_settled(worker: SandboxWorker, cfg: EvalConfig, schedule: Schedule,
-                 l2_bytes: int | None, checked: list[int] | None = None,
-                 late_counts: bool = True) -> tuple[dict, float]:
-    """`time_module`, and once more when its loop saw work outlive the calls
-    (`work_after_stream`): GPU work of another process during the loop (the GPU time-slices
-    between processes, milliseconds at a time) reads exactly like that, while a module that
-    really leaves work behind does so again, and is judged on the second loop. Returns the reply
-    kept (`retimed` when it is the second) and the judge's wall-clock ms of that loop."""
-    t0 = time.perf_counter()
-    reply = time_module(worker, cfg, schedule, l2_bytes, checked=checked, late_counts=late_counts)
-    if reply.get("ok") and reply.get("work_after_stream"):
-        t0 = time.perf_counter()
-        reply = {**time_module(worker, cfg, schedule, l2_bytes, checked=checked,
-                               late_counts=late_counts), "retimed": True}
-    return reply, (time.perf_counter() - t0) * 1e3
 
 
 def run_reference(task_source: str, cfg: EvalConfig, schedule: Schedule, take_worker,
@@ -350,108 +269,6 @@ def reference_failure(reply: dict, fp: Footprint, plan: "MemoryPlan | None") -> 
     return f"{reason} ({plan.describe_need(fp, reply.get('peak_mem_bytes'))})"
 
 
-def _summary(r: TrialResult) -> TrialResult:
-    """A streamed trial: what the judge learns from the reference's outputs (their finiteness
-    and size) and inputs, without keeping the outputs."""
-    return TrialResult(outputs=None, digest=r.digest, mutated=r.mutated, known_finite=r.finite,
-                       out_bytes=_nbytes(r.outputs))
-
-
-def _nbytes(obj) -> int:
-    if isinstance(obj, TensorOut):
-        return obj.tensor.numel() * obj.tensor.element_size()
-    if isinstance(obj, (tuple, list)):
-        return sum(_nbytes(x) for x in obj)
-    return 0
-
-
-DETAIL_KEYS = ("warmup_calls", "launch_lead_ms", "spin_ms_median", "spun_calls", "synced_calls",
-               "between_calls_ms", "flush_ms", "l2_reset_ms", "launch_bound_calls",
-               "same_address_calls", "allocator_calls", "loop_ms", "command_ms",
-               "overhead_ms_per_call", "sync_latency_ms", "after_stream_gap_ms", "disturbed_syncs",
-               "run_delay_ms_max", "host_busy", "retimed")
-
-
-def worker_breakdown(reply: dict) -> dict:
-    """Where the worker says its correctness trials spent their time (diagnostics only: the
-    worker's word, never used for a verdict)."""
-    try:
-        trials = reply.get("trials") or []
-        parts = {f"run_{k}_s": sum(float(t.get(f"{k}_ms", 0.0)) for t in trials) / 1e3
-                 for k in ("inputs", "draw", "wall", "mutation_check")}
-        if trials:
-            parts["run_first_trial_s"] = sum(float(trials[0].get(f"{k}_ms", 0.0)) for k in
-                                             ("inputs", "wall", "mutation_check")) / 1e3
-        return parts
-    except (TypeError, ValueError, AttributeError):
-        return {}
-
-
-def timed_calls(reply: dict, timing: Timing) -> int:
-    """How many calls the timed loop made: the times can be fewer (only the synchronised calls
-    count when work outlived its call)."""
-    try:
-        return max(timing.n, int(reply.get("calls", 0)))
-    except (TypeError, ValueError):
-        return timing.n
-
-
-def timing_details(reply: dict) -> dict:
-    """The diagnostics of a `time` reply (the worker's word, and the judge's `retimed`: shown,
-    never judged on)."""
-    return {k: reply[k] for k in DETAIL_KEYS if k in reply}
-
-
-def _timing(reply: dict) -> Timing | None:
-    if not reply.get("ok") or not reply.get("times_ms"):
-        return None
-    return Timing.from_samples([float(x) for x in reply["times_ms"]])
-
-
 WAIT_EXIT_BYTES = 8 << 30  # a worker granted this much is gone before its grant is let go
 # (a CUDA context's teardown takes a few hundred ms; memory freed later than the grant would let
 # the next large judgement in too early)
-
-
-class ReferenceFailed(Exception):
-    """A streamed task's reference failed beside a candidate (the reason)."""
-
-
-class StreamedReference:
-    """A streamed task's reference for one judgement: a worker of its own that computes one
-    trial at a time; each trial's outputs are read in place (not copied) and must be compared
-    before the next trial is asked for. `start` may raise WorkerDied / WorkerTimeout."""
-
-    def __init__(self, task_source: str, cfg: EvalConfig, take_worker, init_seed: int = 0):
-        self.source, self.cfg, self.init_seed = task_source, cfg, init_seed
-        self.w = take_worker("ref")
-        self._mapped = SharedMappings(copy=False)
-
-    def start(self) -> str | None:
-        """Load it; None, or why it failed."""
-        info = load_module(self.w, self.source, self.cfg, self.init_seed, footprint=False)
-        return None if info.get("ok") else f"the reference failed to load: {info.get('reason')}"
-
-    def build(self) -> str | None:
-        """Move it to the device (the caller holds the GPU); None, or why it failed."""
-        info = self.w.request({"op": "build", "init_seed": self.init_seed},
-                              self.cfg.load_timeout_s)
-        return None if info.get("ok") else f"the reference failed to build: {info.get('reason')}"
-
-    def trial(self, t: Trial, plan: MemoryPlan | None) -> TrialResult:
-        """The trial's outputs, views of the worker's memory until the next call (or
-        `release`). Raises ReferenceFailed with the reason when the reference fails."""
-        self.release()
-        reply = self.w.request({"op": "run", "reuse": False, "trials": [t.as_dict()],
-                                "share_in_place_bytes": plan.in_place_bytes() if plan else 0,
-                                "trim": True}, self.cfg.run_timeout_s * 2)
-        if not reply.get("ok"):
-            raise ReferenceFailed(str(reply.get("reason")))
-        return decode_trials(self.w, reply, mapped=self._mapped, keep_mapped=True)[0]
-
-    def release(self) -> None:
-        self._mapped.clear()
-
-    def close(self, wait: bool = False) -> None:
-        self.release()
-        self.w.close(wait=wait)

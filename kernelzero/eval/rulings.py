@@ -7,7 +7,8 @@ from __future__ import annotations
 from kernelzero.eval.compare import compare_many
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.plausibility import roofline_floor_ms, unconfirmed_saving
-from kernelzero.eval.reference import ReferenceRun, timed_calls, timing_details
+from kernelzero.eval.reference import ReferenceRun
+from kernelzero.eval.time_command import timed_calls, timing_details
 from kernelzero.eval.verdict import Timing, Verdict
 
 

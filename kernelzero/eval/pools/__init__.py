@@ -2,9 +2,10 @@
 
 - `local`: the `Evaluator` in this process, judging in sandboxed workers on this machine.
 - `ray`: `RayPool` (ray_pool.py), the same evaluator in Ray actors (one per GPU) on every node
-  of a cluster; the actors themselves: ray_actors.py; which actor gets a candidate:
-  ray_placement.py; how many workers each actor is told to expect: ray_hints.py. Ray is
-  imported only when this kind is asked for.
+  of a cluster; its settings (`RayPoolConfig`): ray_config.py; its scheduler thread (queue,
+  answers, retries): ray_scheduler.py; the actors themselves: ray_actors.py; which actor gets a
+  candidate: ray_placement.py; how many workers each actor is told to expect: ray_hints.py. Ray
+  is imported only when this kind is asked for.
 
 Here: `make_pool` picks a pool by kind, `pool_kind(pool)` names one ("local", "ray"), and
 `warm_up_in_background` (warm_up.py) starts a pool's spare workers before its first batch.
@@ -35,7 +36,8 @@ def make_pool(kind: str, config: EvalConfig, ray_address: str | None = None, **r
 
         return Evaluator(config)
     if kind == "ray":
-        from kernelzero.eval.pools.ray_pool import RayPool, RayPoolConfig
+        from kernelzero.eval.pools.ray_config import RayPoolConfig
+        from kernelzero.eval.pools.ray_pool import RayPool
 
         return RayPool(config, RayPoolConfig(address=ray_address, **ray_options))
     raise ValueError(f"pool kind {kind!r}: choose one of {POOL_KINDS}")

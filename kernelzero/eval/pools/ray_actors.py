@@ -12,7 +12,7 @@
   still run) and replaced at the next `scale`.
 
 Does not cover which actor gets a candidate (ray_placement.py), nor what becomes of the
-candidates a lost actor held (ray_pool.py). The owner calls every JudgeActors method under its
+candidates a lost actor held (ray_scheduler.py). The owner calls every JudgeActors method under its
 own lock.
 """
 from __future__ import annotations

@@ -48,83 +48,16 @@ import dataclasses
 import threading
 import time
 from concurrent.futures import Future, wait, FIRST_COMPLETED
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Callable
 
 from kernelzero.eval.config import EvalConfig
 from kernelzero.eval.pools.ray_actors import JudgeActors, default_evaluator_factory
+from kernelzero.eval.pools.ray_config import RayPoolConfig, import_ray
 from kernelzero.eval.pools.ray_hints import BatchHints
-from kernelzero.eval.pools.ray_placement import TaskAffinity, choose
+from kernelzero.eval.pools.ray_placement import TaskAffinity
+from kernelzero.eval.pools.ray_scheduler import RayScheduler, _Job
 from kernelzero.eval.verdict import Verdict
-
-INSTALL_HINT = ("the Ray pool needs Ray: pip install 'kernelzero[ray]' (or pip install "
-                "'ray[default]'), on every node of the cluster")
-RETRYABLE_EXCEPTIONS = (OSError, MemoryError)
-
-
-def import_ray():
-    """Import Ray, or raise ImportError with the install hint (Ray is an optional dependency)."""
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError(INSTALL_HINT) from e
-    return ray
-
-
-@dataclass
-class RayPoolConfig:
-    """Where and how a RayPool places its work.
-
-    address: the cluster to join: None starts a private local cluster (or joins the one named by
-        the RAY_ADDRESS environment variable), "auto" joins the cluster started on this machine
-        with `ray start`, "HOST:PORT" joins that head. Ignored when Ray is already initialised in
-        this process (the pool then uses that connection and leaves it open on close).
-    use_gpus: whether actors claim `gpu_resource` (one unit each, one actor per unit); None means
-        only when judging on CUDA. True on a CPU run exercises the GPU placement with declared
-        resources (tests).
-    gpu_resource: the Ray resource an actor claims: "GPU" (Ray's own; sets CUDA_VISIBLE_DEVICES)
-        or a custom resource declared with `ray start --resources` (then no CUDA_VISIBLE_DEVICES:
-        on a real GPU machine use "GPU").
-    runs_per_gpu: candidates one GPU actor judges at once (its evaluator's max_workers); None
-        means the EvalConfig's max_workers. Checking and timing stay exclusive on the GPU.
-    actors: number of actors when not claiming GPUs; None means one per alive node.
-    cpus_per_actor: Ray CPUs each actor claims.
-    max_retries: extra attempts for a candidate whose actor died (or whose evaluator raised
-        OSError / MemoryError) before it gets a `worker_lost` runtime_error.
-    start_timeout_s: how long a batch may wait with no actor able to start before it fails.
-    max_start_failures: actor starts that may fail in a row (an import error, a bad environment
-        on the nodes) before the queued candidates fail with the last start error.
-    rescan_s: how often the cluster is checked for new or lost nodes while judging.
-    """
-
-    address: str | None = None
-    use_gpus: bool | None = None
-    gpu_resource: str = "GPU"
-    runs_per_gpu: int | None = None
-    actors: int | None = None
-    cpus_per_actor: float = 1.0
-    max_retries: int = 3
-    start_timeout_s: float = 300.0
-    max_start_failures: int = 3
-    rescan_s: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.runs_per_gpu is not None and not 1 <= self.runs_per_gpu <= 64:
-            raise ValueError("RayPoolConfig.runs_per_gpu must be in 1..64 (or None: max_workers)")
-        if not self.gpu_resource or not isinstance(self.gpu_resource, str):
-            raise ValueError("RayPoolConfig.gpu_resource must name a Ray resource, e.g. 'GPU'")
-        if self.actors is not None and self.actors < 1:
-            raise ValueError("RayPoolConfig.actors must be >= 1 (or None: one per node)")
-        if self.cpus_per_actor < 0:
-            raise ValueError("RayPoolConfig.cpus_per_actor must be >= 0")
-        if self.max_retries < 0:
-            raise ValueError("RayPoolConfig.max_retries must be >= 0 (a candidate that kills "
-                             "its judge would otherwise be retried forever)")
-        if self.start_timeout_s <= 0 or self.rescan_s <= 0:
-            raise ValueError("RayPoolConfig.start_timeout_s and rescan_s must be positive")
-
-    def claims_gpus(self, config: EvalConfig) -> bool:
-        return self.use_gpus if self.use_gpus is not None else config.device == "cuda"
 
 
 class RayPoolError(RuntimeError):
@@ -138,15 +71,7 @@ class RayPoolError(RuntimeError):
                          f"#{first}: {failures[first]}")
 
 
-@dataclass
-class _Job:
-    pair: tuple
-    future: Future
-    attempts: int = 0
-    task_hash: str = ""  # pair[0].hash, hashed once: placement reads it often
-
-
-class RayPool:
+class RayPool(RayScheduler):
     """Judge candidates on a Ray cluster; same API as `Evaluator` (see the module docstring)."""
 
     kind = "ray"
@@ -193,165 +118,6 @@ class RayPool:
         self._judges.scale()
         self._thread = threading.Thread(target=self._loop, name="kz-raypool", daemon=True)
         self._thread.start()
-
-    # -- actors ------------------------------------------------------------------------------
-    def _drop_actor(self, aid: int) -> None:
-        self._affinity.forget_actor(aid)
-        if self._judges.drop(aid):
-            self._stats["actors_lost"] += 1
-
-    # -- the scheduler thread ----------------------------------------------------------------
-    def _loop(self) -> None:
-        try:
-            self._schedule()
-        except BaseException as e:  # lost the cluster, or a bug: nobody may wait forever
-            with self._cond:
-                self._broken = f"the RayPool scheduler stopped: {type(e).__name__}: {e}"
-                jobs = list(self._queue) + [job for job, _ in self._inflight.values()]
-                self._queue.clear()
-                self._inflight.clear()
-            for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(RuntimeError(self._broken))
-
-    def _schedule(self) -> None:
-        last_scan = time.time()
-        while True:
-            with self._cond:
-                while not self._closed and not self._queue and not self._inflight \
-                        and not self._judges.starting:
-                    self._cond.wait(1.0)
-                    self._hints.collect()
-                if self._closed:
-                    return
-                self._assign()
-                self._hints.collect()
-                refs = list(self._inflight) + list(self._judges.starting)
-            if time.time() - last_scan > self.ray_config.rescan_s:
-                last_scan = time.time()
-                with self._cond:
-                    self._judges.scale()
-                    self._check_stalled()
-            if not refs:
-                time.sleep(0.05)
-                continue
-            done, _ = self._ray.wait(refs, num_returns=1, timeout=0.2)
-            for ref in done:
-                self._finish(ref)
-
-    def _assign(self) -> None:
-        """Fill the ready actors' free slots from the queue (placement: the module docstring)."""
-        free = {aid: a.slots - a.busy for aid, a in self._judges.by_id.items() if a.ready}
-        while self._queue:
-            picked = choose((j.task_hash for j in self._queue), free, self._affinity.holders)
-            if picked is None:
-                return
-            i, aid = picked
-            job = self._queue[i]
-            del self._queue[i]
-            actor = self._judges.by_id[aid]
-            ref = actor.handle.judge.remote(*job.pair)
-            self._inflight[ref] = (job, aid)
-            actor.busy += 1
-            free[aid] -= 1
-            self._affinity.add(job.task_hash, aid)
-
-    def _check_stalled(self) -> None:
-        """Fail the queue when no actor can start: after start_timeout_s without a ready actor,
-        or after max_start_failures failed starts in a row (replacements would fail the same)."""
-        if not self._queue or any(a.ready for a in self._judges.by_id.values()):
-            self._stalled_since = None
-            return
-        now = time.time()
-        if self._stalled_since is None:
-            self._stalled_since = now
-        failed = self._start_failures >= self.ray_config.max_start_failures
-        if failed or now - self._stalled_since > self.ray_config.start_timeout_s:
-            why = (f"{self._start_failures} actor starts failed in a row; the last: "
-                   f"{self._start_error}" if failed else
-                   f"none was ready within {self.ray_config.start_timeout_s:g} s")
-            while self._queue:
-                self._queue.popleft().future.set_exception(RuntimeError(
-                    f"no judging actor could start on the Ray cluster ({why})"))
-            self._stalled_since = None
-            self._start_failures = 0
-
-    def _finish(self, ref) -> None:
-        from ray import exceptions as rex
-
-        with self._cond:
-            if ref in self._judges.starting:
-                self._started(ref)
-                return
-            job, aid = self._inflight.pop(ref)
-            if aid in self._judges.by_id:
-                self._judges.by_id[aid].busy -= 1
-        try:
-            verdict, placement = self._ray.get(ref)
-        except (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError,
-                rex.ObjectLostError, rex.LocalRayletDiedError) as e:
-            with self._cond:
-                self._drop_actor(aid)
-                self._judges.scale()
-                self._retry(job, e)
-            return
-        except rex.RayTaskError as e:
-            if isinstance(e.cause, RETRYABLE_EXCEPTIONS):
-                with self._cond:
-                    self._retry(job, e.cause)
-            else:
-                job.future.set_exception(RuntimeError(f"{type(e.cause).__name__}: {e.cause}"))
-            return
-        except rex.RayError as e:
-            job.future.set_exception(RuntimeError(f"{type(e).__name__}: {e}"))
-            return
-        with self._cond:
-            self._stats["judged"] += 1
-            self._per_node[placement.get("node_id", "?")] += 1
-            self.placements.append({**placement, "candidate_hash": job.pair[1].hash,
-                                    "task_hash": job.task_hash})
-        job.future.set_result(verdict)
-
-    def _started(self, ref) -> None:
-        """An actor's `ready()` answered (the caller holds self._cond): it is ready, or it could
-        not start and another is tried."""
-        from ray import exceptions as rex
-
-        aid = self._judges.starting.pop(ref)
-        try:
-            where = self._ray.get(ref)
-        except rex.RayError as e:
-            self._drop_actor(aid)  # could not start (its node went away): try again
-            self._start_failures += 1
-            self._start_error = _first_line(e)
-            self._check_stalled()
-            if self._queue:
-                self._judges.scale()
-            return
-        self._start_failures = 0
-        actor = self._judges.by_id.get(aid)
-        if actor is not None:
-            actor.ready, actor.where = True, where
-            self._hints.actor_ready(actor.handle, len(self._judges.ready()))
-
-    def _retry(self, job: _Job, error: BaseException) -> None:
-        job.attempts += 1
-        if job.attempts > self.ray_config.max_retries:
-            self._stats["worker_lost"] += 1
-            job.future.set_result(self._worker_lost_verdict(job, error))
-        else:
-            self._stats["retried"] += 1
-            self._queue.appendleft(job)
-            self._cond.notify_all()
-
-    def _worker_lost_verdict(self, job: _Job, error: BaseException) -> Verdict:
-        task, cand = job.pair
-        return Verdict(
-            status="runtime_error",
-            reason=(f"the judging worker died on every one of {job.attempts} attempts "
-                    f"({type(error).__name__}); the candidate may kill its judge"),
-            flags=["worker_lost"], backend=cand.resolved_backend(), device=self.config.device,
-            policy=self.config.policy, task_hash=task.hash, candidate_hash=cand.hash)
 
     # -- the evaluator API -------------------------------------------------------------------
     def judge(self, task, cand) -> Verdict:
@@ -465,9 +231,3 @@ class RayPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _first_line(e: BaseException) -> str:
-    """The useful line of a Ray error (the cause's last line: its exception type and message)."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else type(e).__name__)[:300]

@@ -1,7 +1,10 @@
 """The sandbox, seen from the judge: starting a worker process, confining it, and ending it.
 
 - sandbox.py: `SandboxWorker`, one fresh `python -I` process for one reference or candidate
-  (scrubbed environment, private directory, rlimits, deadlines), and its request/reply channel;
+  (scrubbed environment, private directory, rlimits), started and ended with all it started;
+- channel.py: its request/reply channel (deadlines, its processes policed, why it died);
+- limits.py: `SandboxLimits`, what a worker may use and the isolation asked for, and the
+  `sandbox` block a verdict reports;
 - forkserver.py: workers forked from a zygote that has imported torch already;
 - spares.py: workers started ahead of need, so start-up leaves the critical path;
 - jail.py: the bubblewrap jail (what a worker sees of the filesystem and of other processes);

@@ -12,6 +12,9 @@ directory read-write, nothing of the store, the working tree, the home or other 
 network. As root it also runs as a uid of its own (worker_uids.py), so that every process it
 starts, however detached, is killed when it is closed; elsewhere a PID namespace does that.
 Where no jail can be made, `isolation: none` is reported and warned about (jail.py).
+
+Here: starting the process (spawned, or forked from the fork server) and ending it with every
+process it started. The request/reply channel to it: channel.py; its limits: limits.py.
 """
 from __future__ import annotations
 
@@ -20,21 +23,23 @@ import contextlib
 import dataclasses
 import json
 import os
-import select
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
+from kernelzero.eval.sandbox.channel import WorkerChannel, WorkerDied
 from kernelzero.eval.sandbox.jail import (WORKER_CAPS, Isolation, JailError, bwrap_command,
                                           device_groups, isolation_for, warn_if_unisolated,
                                           workers_parent)
-from kernelzero.eval.sandbox.process_tree import process_tree, session_usage, uid_usage, wait_gone
+# SandboxLimits lives in limits.py; its many importers (the evaluator, spares, the CLI, tests and
+# benchmarks) take it from here, with the worker it configures.
+from kernelzero.eval.sandbox.limits import SandboxLimits
+from kernelzero.eval.sandbox.process_tree import process_tree, wait_gone
 from kernelzero.eval.sandbox.worker_uids import NoWorkerUid, WorkerUid, drop_to_uid
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
@@ -44,7 +49,6 @@ PASS_ENV = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA
             "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES",
             "TORCH_CUDA_ARCH_LIST", "CC", "CXX", "MAX_JOBS", "NCCL_NVLS_ENABLE",
             "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS", "TRITON_PTXAS_PATH")
-MAX_REPLY_BYTES = 16 * 2**20
 ALLOC_CONF = "max_split_size_mb:512"  # the workers' CUDA caching allocator (see _base_env)
 REAP_TIMEOUT_S = 10.0  # the longest a closed worker's processes are waited for
 _REAPING: set = set()  # reaper threads of workers closed with wait=False
@@ -66,69 +70,12 @@ def reap_pending(timeout_s: float = 30.0) -> None:
 atexit.register(reap_pending, 10.0)  # a judge that exits leaves no worker dirs behind
 
 
-def _env_flag(name: str) -> bool | None:
-    value = os.environ.get(name, "").strip()
-    if value not in ("", "0", "1"):
-        raise ValueError(f"${name}={value!r}: use 1, 0 or leave it unset")
-    return None if value == "" else value == "1"
-
-
-@dataclass
-class SandboxLimits:
-    """Per-worker resource limits (reported in every verdict's `env.sandbox`).
-
-    cpu_s: CPU seconds for the worker process (RLIMIT_CPU).
-    file_bytes: largest file the worker may write (RLIMIT_FSIZE); outputs are written as files.
-    address_space_bytes: RLIMIT_AS; None on CUDA, whose driver reserves huge virtual ranges.
-    nofile: open file descriptors.
-    threads: torch intra-op threads in the worker (OMP_NUM_THREADS).
-    The judge also polices the worker's processes while it waits for a reply (its session, or
-    every process of its own uid): more than `max_processes` processes or `max_rss_bytes` of
-    resident memory kills them (RLIMIT_NPROC does not bind root, RLIMIT_AS breaks CUDA; with a
-    uid of its own, RLIMIT_NPROC is set to `max_processes` too).
-    isolation: `auto` (a bubblewrap jail where this machine can make one, else none, warned
-        about), `bwrap` (a jail or no worker at all), `none` (no jail). Default: $KZ_SANDBOX or
-        auto.
-    own_uid: run each worker as a uid of its own; None: wherever it can (root), on the CPU (on
-        cuda the judge could not map CUDA IPC outputs of another uid: see jail.isolation_for).
-        Default: $KZ_SANDBOX_OWN_UID (`1` or `0`) or None.
-    pid_namespace: give each worker a PID namespace of its own; None: on the CPU, and wherever
-        workers have no uid of their own (on cuda, and for an ordinary user).
-    """
-
-    cpu_s: int = 1800
-    file_bytes: int = 16 * 2**30
-    address_space_bytes: int | None = None
-    nofile: int = 4096
-    threads: int = 1
-    max_processes: int = 128          # processes in the worker's session (watchdog; fork bombs)
-    max_rss_bytes: int = 64 * 2**30   # resident memory of the whole session (watchdog)
-    no_network: bool = True           # new network namespace when the OS allows it (root)
-    isolation: str = field(default_factory=lambda: os.environ.get("KZ_SANDBOX") or "auto")
-    own_uid: bool | None = field(default_factory=lambda: _env_flag("KZ_SANDBOX_OWN_UID"))
-    pid_namespace: bool | None = None
-
-    def rlimits(self) -> dict:
-        return {"RLIMIT_CORE": 0, "RLIMIT_CPU": self.cpu_s, "RLIMIT_FSIZE": self.file_bytes,
-                "RLIMIT_AS": self.address_space_bytes, "RLIMIT_NOFILE": self.nofile}
-
-
-class WorkerTimeout(Exception):
-    pass
-
-
-class WorkerDied(Exception):
-    def __init__(self, reason: str, exit_code: int | None = None):
-        super().__init__(reason)
-        self.exit_code = exit_code  # 0: the process ended itself "successfully" mid-judgement
-
-
 def _shm_root() -> str | None:
     d = "/dev/shm"
     return d if os.path.isdir(d) and os.access(d, os.W_OK) else None
 
 
-class SandboxWorker:
+class SandboxWorker(WorkerChannel):
     """One untrusted process. Use as a context manager; `request()` sends one command."""
 
     def __init__(self, device: str, limits: SandboxLimits, work_root: str | None = None,
@@ -312,136 +259,5 @@ class SandboxWorker:
     def __exit__(self, *exc):
         self.close()
 
-    # ------------------------------------------------------------------ protocol
-    def request(self, msg: dict, timeout_s: float) -> dict:
-        """Send one command; return the reply or raise WorkerTimeout / WorkerDied."""
-        if msg.get("op") == "load" and self.isolation.jailed:
-            msg = self._hand_over(msg)
-        try:
-            self.proc.stdin.write((json.dumps(msg) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            raise WorkerDied(self._death_reason(), self.proc.poll()) from None
-        return self._read(time.monotonic() + timeout_s)
-
-    def _hand_over(self, msg: dict) -> dict:
-        """A jailed worker sees only its own directory: the module files the judge wrote there
-        become its own (readable whatever the judge's umask), and a build directory elsewhere
-        (a cache shared between workers, which one candidate could poison for another) is
-        replaced by one inside it."""
-        for key in ("task_path", "candidate_path"):
-            path = msg.get(key)
-            if self.uid is not None and isinstance(path, str) and _inside(path, self.dir):
-                os.chown(path, self.uid.uid, self.uid.uid)
-        if isinstance(msg.get("build_dir"), str) and not _inside(msg["build_dir"], self.dir):
-            msg = {**msg, "build_dir": os.path.join(self.dir, "build")}
-        return msg
-
-    def _read(self, deadline: float) -> dict:
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.kill()
-                raise WorkerTimeout("no answer before the deadline")
-            ready, _, _ = select.select([fd], [], [], min(left, 0.25))
-            if not ready:
-                self._police()
-                continue
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                raise WorkerDied(self._death_reason(), self.proc.poll())
-            self._buf += chunk
-            if len(self._buf) > MAX_REPLY_BYTES:
-                self.kill()
-                raise WorkerDied("the worker sent an oversized reply")
-        line, self._buf = self._buf.split(b"\n", 1)
-        try:
-            reply = json.loads(line)
-        except ValueError:
-            raise WorkerDied("the worker sent a malformed reply") from None
-        if not isinstance(reply, dict):
-            raise WorkerDied("the worker sent a malformed reply")
-        return reply
-
-    def _police(self) -> None:
-        """Kill the worker when its processes exceed the process or memory limits."""
-        if not os.path.isdir("/proc"):
-            return
-        n, rss = uid_usage(self.uid.uid) if self.uid else session_usage(self.proc.pid)
-        if n > self.limits.max_processes:
-            self.kill()
-            raise WorkerDied(f"it started more than {self.limits.max_processes} processes "
-                             "(fork bomb?); they were all killed")
-        if rss > self.limits.max_rss_bytes:
-            self.kill()
-            raise WorkerDied(f"it used more than {self.limits.max_rss_bytes / 2**30:.0f} GiB of "
-                             "host memory; its processes were all killed")
-
-    def kill(self) -> None:
-        """SIGKILL the worker's process group and, with a uid of its own, every process of that
-        uid (whatever sessions they made); in a PID namespace, the namespace dies with bwrap."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self.uid is not None:
-            self.uid.kill_all()
-
-    def _death_reason(self) -> str:
-        try:
-            code = self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return "the worker stopped answering"
-        if self.isolation.jailed and code > 128 and type(self.proc) is subprocess.Popen:
-            code = 128 - code  # bwrap exits with 128 + the signal that ended the worker
-        if code < 0:
-            try:
-                sig = signal.Signals(-code).name
-            except ValueError:
-                sig = f"signal {-code}"
-            hint = {"SIGSEGV": " (segmentation fault)", "SIGKILL": " (killed; out of memory?)",
-                    "SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)",
-                    "SIGABRT": " (aborted)", "SIGBUS": " (bus error)"}.get(sig, "")
-            return f"the process crashed with {sig}{hint}"
-        return f"the process exited with code {code} before answering"
-
-    def path_of(self, name) -> str:
-        """The path of a file the worker names in a reply: a plain name in its own directory
-        (no folder, no `..`), opened by the judge with tensorio.open_regular. Raises ValueError."""
-        if not isinstance(name, str) or not name or name.startswith(".") or "/" in name \
-                or "\0" in name:
-            raise ValueError(f"the worker named an output file outside its directory: {name!r}")
-        return os.path.join(self.dir, name)
-
-    def log_tail(self, n_chars: int = 2000) -> str:
-        from kernelzero.eval.transport.tensorio import DecodeError, open_regular
-        out = []
-        for name in ("boot.log", "worker.log"):  # never through a link the worker put there
-            try:
-                with open_regular(os.path.join(self.dir, name)) as f:
-                    f.seek(max(0, os.fstat(f.fileno()).st_size - n_chars))
-                    out.append(f.read(n_chars).decode("utf-8", "replace"))
-            except (OSError, DecodeError):
-                pass
-        return "".join(out)[-n_chars:]
-
     def limits_report(self) -> dict:
         return asdict(self.limits)
-
-
-def sandbox_report(limits: SandboxLimits, device: str) -> dict:
-    """A verdict environment's `sandbox` block: the limits, the isolation asked for
-    (`requested`) and the isolation workers get (`isolation`: bwrap or none, with why)."""
-    try:
-        iso = isolation_for(limits.isolation, device, limits.pid_namespace,
-                            limits.own_uid).report()
-    except JailError as e:
-        iso = {"isolation": "unavailable", "reason": str(e)}
-    return {**asdict(limits), "requested": limits.isolation, **iso}
-
-
-def _inside(path: str, folder: str) -> bool:
-    real, top = os.path.realpath(path), os.path.realpath(folder)
-    return real == top or real.startswith(top + os.sep)

@@ -14,7 +14,8 @@ import time
 import weakref
 
 from kernelzero.eval.device.gpu_lock import gpu_lock_for
-from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker, WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox.channel import WorkerDied, WorkerTimeout
+from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker
 from kernelzero.eval.worker.worker import GPU_WARM_STAGES
 
 

@@ -5,7 +5,9 @@ reference module or a candidate runs.
   one JSON command a line;
 - worker.py: `Worker`, the commands (load, build, run, time, ...);
 - network.py: the worker's own empty network namespace, made before any untrusted code loads;
-- trials.py: the correctness trials (the `run` command); timer.py: the timed loop (`time`);
+- trials.py: the correctness trials (the `run` command); timer.py: the timed loop (`time`),
+  on the clocks and events of timing_primitives.py (captured before untrusted code loads),
+  calibrated by timing_calibration.py, deciding by the rules of timing_rules.py;
 - warm_libraries.py: CUDA libraries made ready in a spare worker;
 - builds.py: compiled extensions reused across judgements of the same source (the judge's
   cache, and the worker's `load_inline` hook);

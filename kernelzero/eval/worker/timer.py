@@ -1,9 +1,9 @@
 """How a sandbox worker times a module's forward calls (the worker's `time` command).
 
 Runs inside the worker process, on primitives captured before any untrusted code was imported
-(`capture_primitives`), so a candidate that patches `torch.cuda.Event` or `time.perf_counter`
-changes nothing here. The judge cross-checks the result against its own wall clock
-(evaluator.py) and re-checks the outputs of some timed calls.
+(`capture_primitives`, timing_primitives.py), so a candidate that patches `torch.cuda.Event` or
+`time.perf_counter` changes nothing here. The judge cross-checks the result against its own wall
+clock (evaluator.py) and re-checks the outputs of some timed calls.
 
 The loop is pipelined: the host queues call after call without waiting for the GPU, so the GPU
 goes from one call straight to the next one's fresh inputs and L2 flush, and the host's own
@@ -51,54 +51,25 @@ earlier call. Per call, in stream order:
   loops.
 - `cudaCtxResetPersistingL2Cache` before every call, so persisting L2 lines cannot survive the
   flush (its host time is reported, `l2_reset_ms`).
+
+Here: the loop (`TimedLoop`) and its reply. What it measures before the first timed call is
+timing_calibration.py's; the rules it decides by (which calls are synchronised, when it stops,
+whether work was late) are timing_rules.py's.
 """
 from __future__ import annotations
 
 import math
-import os
 import random
 import statistics
-import time
 
-SYNC_EVERY = 8    # on average one timed call in this many is followed by a device-wide synchronize
-MIN_SYNCED = 6    # ... and the loop does not stop before this many unchecked calls were,
-SETTLE_SYNCED = 12  # or this many while their gaps say work outlived the call (a median of a
-                    # few gaps can be off: before declaring it, the loop looks at more of them)
-LATE_MS = 0.06    # work after the call counts once the median gap exceeds the latency by this
-                  # (0.03 was too thin: honest loops under host load showed gaps 0.03-0.04 ms
-                  # beyond the latency on the H200, and their times then counted those gaps)
-LEAD_MAX_MS = 2.0
-RUN_DELAY_MS = 0.02  # a synchronize whose host thread waited longer for a CPU is disturbed
+from kernelzero.eval.worker.timing_calibration import (flush_gpu_ms, lead_ms_for,
+                                                       spin_cycles_per_ms, sync_latency_ms,
+                                                       warm_up)
+from kernelzero.eval.worker.timing_rules import (MIN_SYNCED, SETTLE_SYNCED, SYNC_EVERY, _evidence,
+                                                 _gaps, _late, _sync_chance, _undisturbed,
+                                                 spread_ok)
+
 SPIN_MS = 1.0       # the host spins through the last this much of a synchronised call, no more
-
-
-def capture_primitives(torch) -> dict:
-    """Timing primitives taken before untrusted code loads. The C-level methods of
-    `_CudaEventBase` cannot be monkeypatched (built-in type), unlike `torch.cuda.Event`'s."""
-    base = getattr(torch._C, "_CudaEventBase", None)
-    return {"clock": time.perf_counter, "run_delay": run_delay_reader(),
-            "Event": torch.cuda.Event, "l2_reset": None,
-            "stream": torch.cuda.current_stream,
-            "sync": getattr(torch._C, "_cuda_synchronize", torch.cuda.synchronize),
-            "gpu_sleep": getattr(torch._C, "_cuda_sleep", None),  # spin `cycles` on the stream
-            "record": getattr(base, "record", None) or (lambda ev, s: ev.record(s)),
-            "elapsed": getattr(base, "elapsed_time", None) or (lambda a, b: a.elapsed_time(b)),
-            "query": getattr(base, "query", None) or (lambda ev: ev.query()),
-            "ev_sync": getattr(base, "synchronize", None) or (lambda ev: ev.synchronize()),
-            "sleep": time.sleep}
-
-
-def l2_reset_function():
-    """cudaCtxResetPersistingL2Cache from the CUDA runtime torch already loaded (best effort)."""
-    import ctypes
-    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
-        try:
-            fn = ctypes.CDLL(name).cudaCtxResetPersistingL2Cache
-            fn.restype = ctypes.c_int
-            return fn
-        except (OSError, AttributeError):
-            continue
-    return None
 
 
 def time_calls(worker, cmd: dict) -> dict:
@@ -294,134 +265,8 @@ def _sleep_into(prim, start, end, call_ms: float) -> bool:
     return bool(prim["query"](end))
 
 
-def run_delay_reader():
-    """A function giving the milliseconds the calling thread has waited on a run queue so far
-    (ready to run, no CPU free), from /proc/thread-self/schedstat; where that cannot be read it
-    gives 0 (no synchronize counts as disturbed: every gap is judged, as before)."""
-    try:
-        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
-        pread = os.pread
-        int(pread(fd, 128, 0).split()[1])
-    except (OSError, ValueError, IndexError):
-        return lambda: 0.0
-    # The file names the thread that opened it: read from another thread, it says nothing of the
-    # caller. The worker opens it in the thread that runs its commands.
-
-    def read() -> float:
-        try:
-            return int(pread(fd, 128, 0).split()[1]) / 1e6
-        except (OSError, ValueError, IndexError):  # the module closed or replaced the descriptor
-            return 0.0
-    return read
-
-
-def _evidence(sampled: dict[int, tuple[float, float]]) -> list[int]:
-    """The sampled calls to judge late work on: those whose synchronize the host thread waited
-    out without waiting for a CPU, when there are MIN_SYNCED of them; otherwise all (a host too
-    busy to tell, or a module that keeps its CPUs busy, is judged as if every gap were clean)."""
-    calls = sorted(sampled)
-    return _clean_or_all(calls, [sampled[k][1] for k in calls], MIN_SYNCED)
-
-
-def _undisturbed(wait_ms: float) -> bool:
-    return wait_ms <= RUN_DELAY_MS
-
-
-def _clean_or_all(items: list, waits: list[float], at_least: int) -> list:
-    """The items whose host thread did not wait for a CPU, when at least `at_least` did not;
-    otherwise all of them (the loop's evidence, and the latency calibration's samples)."""
-    clean = [x for x, w in zip(items, waits) if _undisturbed(w)]
-    return clean if len(clean) >= at_least else list(items)
-
-
-def _gaps(sampled: dict[int, tuple[float, float]], calls: list[int]) -> list[float]:
-    return [sampled[k][0] for k in calls]
-
-
-def _sync_chance(p_sync: float, sampled: dict[int, tuple[float, float]], left: int) -> float:
-    """The chance this call is synchronised: p_sync, raised once a synchronize was disturbed so
-    that the calls left are likely to hold the undisturbed ones still missing (half as many
-    tries again as the share of undisturbed ones so far says are needed)."""
-    clean = sum(_undisturbed(w) for _, w in sampled.values())
-    missing = MIN_SYNCED - clean
-    if missing <= 0 or clean == len(sampled):
-        return p_sync
-    share = (clean + 1) / (len(sampled) + 2)
-    return max(p_sync, min(1.0, 1.5 * missing / share / max(1, left)))
-
-
-def _late(gaps: list[float], times: list[float], latency: float) -> bool:
-    """Whether work outlived the calls: the median gap from a synchronised call's end event to
-    the event after the synchronize exceeds the synchronize latency by LATE_MS or 5%."""
-    return bool(gaps) and statistics.median(gaps) > \
-        latency + max(LATE_MS, 0.05 * statistics.median(times))
-
-
-def warm_up(worker, model, seeds, warm_n: int, warm_ms: float) -> tuple[list[float], int]:
-    """Untimed calls, by count and by time: the first calls after an idle spell run at idle
-    clocks, and a fixed count of a fast kernel ends before the clocks are up. They follow the
-    timed calls' own pattern (fresh inputs each call, the last ones dropped first, no
-    synchronize between calls except every 8th, so the host clock tracks GPU time), so the
-    caching allocator already holds every block the timed calls need (a cudaMalloc, or a
-    cudaFree that synchronises, inside a timed call would be timed). Returns the host time
-    each forward took to launch, and the number of calls."""
-    torch, prim = worker.torch, worker.primitives
-    t_warm, n, host_ms, args = prim["clock"](), 0, [], None
-    with torch.no_grad():
-        while n < warm_n or (prim["clock"]() - t_warm < warm_ms / 1e3 and n < 10_000):
-            args = None  # dropped before the next are drawn: the same blocks come back
-            args = worker.make_inputs(int(seeds[n % len(seeds)]))
-            t_call = prim["clock"]()
-            model(*args)
-            host_ms.append(1e3 * (prim["clock"]() - t_call))
-            n += 1
-            if n % 8 == 0:
-                prim["sync"]()
-    return host_ms, n
-
-
 def _addresses(torch, args) -> set:
     return {x.data_ptr() for x in args if isinstance(x, torch.Tensor) and x.numel()}
-
-
-def lead_ms_for(host_ms: list[float]) -> float:
-    """How long the GPU spins before a timed call that nothing queued covers: about twice the
-    host time the module's forward takes to launch (measured in the warm-up), 20 us to
-    LEAD_MAX_MS; longer for the rest of the calls whenever a call turns out launch-bound.
-
-    Without it the GPU may reach the start event before the host has launched the call's first
-    kernel, and the launch latency is timed as if it were GPU work: for a Python launcher
-    (Triton) on a busy host, tens to hundreds of microseconds, as much as a fast kernel itself.
-    A forward that synchronises the host pays for it anyway (its events wait for the spin)."""
-    if not host_ms:
-        return 0.0
-    return min(LEAD_MAX_MS, max(0.02, 2.0 * statistics.median(host_ms) + 0.02))
-
-
-def spin_cycles_per_ms(prim, stream) -> float:
-    """How many `gpu_sleep` cycles make a millisecond on this GPU now (0: no spin available)."""
-    if prim["gpu_sleep"] is None:
-        return 0.0
-    start, end = prim["Event"](enable_timing=True), prim["Event"](enable_timing=True)
-    probe = 1_000_000
-    prim["record"](start, stream)
-    prim["gpu_sleep"](probe)
-    prim["record"](end, stream)
-    prim["ev_sync"](end)
-    ms = prim["elapsed"](start, end)
-    return probe / ms if ms > 0 else 0.0
-
-
-def flush_gpu_ms(prim, stream, flush, start, end, n: int = 3) -> float:
-    """GPU time of one L2 flush (fastest of n): the part of the launch lead it provides."""
-    best = float("inf")
-    for _ in range(n):
-        prim["record"](start, stream)
-        flush.zero_()
-        prim["record"](end, stream)
-        prim["ev_sync"](end)
-        best = min(best, prim["elapsed"](start, end))
-    return max(0.0, best)
 
 
 def _allocator_counts(torch, device: str) -> dict:
@@ -436,29 +281,3 @@ def _allocator_counts(torch, device: str) -> dict:
     return {"device_alloc": int(st.get("num_device_alloc", 0)),
             "device_free": int(st.get("num_device_free", 0)),
             "alloc_retries": int(st.get("num_alloc_retries", 0))}
-
-
-def sync_latency_ms(prim, stream, flush, end, after, n: int = 11) -> float:
-    """Median gap between an event recorded behind a short piece of work (an L2 flush) and one
-    recorded once a device-wide synchronize has waited for it: what the third event of a timed
-    call adds when the call left no work behind (the host waits on a busy GPU, as in the loop).
-    The median is of the samples in which the host thread did not wait for a CPU, when 3 or more
-    did not (a busy host's others hold the time it waited)."""
-    gaps, waits = [], []
-    for _ in range(n):
-        flush.zero_()
-        prim["record"](end, stream)
-        delay = prim["run_delay"]()
-        prim["sync"]()
-        prim["record"](after, stream)
-        waits.append(prim["run_delay"]() - delay)
-        prim["ev_sync"](after)
-        gaps.append(prim["elapsed"](end, after))
-    return statistics.median(_clean_or_all(gaps, waits, 3))
-
-
-def spread_ok(times: list[float], rel: float) -> bool:
-    """The stopping rule: the inter-quartile range is within `rel` of the median."""
-    q = statistics.quantiles(times, n=4, method="inclusive")
-    med = statistics.median(times)
-    return med > 0 and (q[2] - q[0]) / med <= rel

@@ -25,7 +25,8 @@ from kernelzero.eval.worker.library_share import KernelProfile
 from kernelzero.eval.device.footprint import measure, warm_fake_mode
 from kernelzero.eval.device.reserve import hand_to_allocator
 from kernelzero.eval.worker.network import network_isolated
-from kernelzero.eval.worker.timer import capture_primitives, l2_reset_function, time_calls
+from kernelzero.eval.worker.timer import time_calls
+from kernelzero.eval.worker.timing_primitives import capture_primitives, l2_reset_function
 from kernelzero.eval.worker.trials import run_trials
 from kernelzero.eval.worker.warm_libraries import warm_cuda_libraries
 
