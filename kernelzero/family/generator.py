@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from kernelzero.family import kinds
+from kernelzero.family.kinds import elementwise, matmul, rowwise
 from kernelzero.family.config import KINDS, PLACEMENTS, FamilyConfig, FamilyModule
 from kernelzero.family.writer import ModuleWriter
 
@@ -36,7 +36,7 @@ def make_module(cfg: FamilyConfig, seed: int, index: int) -> FamilyModule:
     w.operands = random.Random(f"kernelzero-family/{seed}/{index}/operands")
     w.axes = random.Random(f"kernelzero-family/{seed}/{index}/axes")
     w.signature = random.Random(f"kernelzero-family/{seed}/{index}/signature")
-    {"elementwise": kinds.elementwise, "rowwise": kinds.rowwise, "matmul": kinds.matmul}[kind](w)
+    {"elementwise": elementwise, "rowwise": rowwise, "matmul": matmul}[kind](w)
     source = w.render()
     ops = [o for o, _ in w.steps]
     meta = {"kind": kind, "ops": ops, "chain_length": len(ops), "has_constants": bool(w.constants),

@@ -72,15 +72,15 @@ class HFBackend:
 
     def _fast_generator(self, rows: int, length: int):
         """The static-cache sampler, rebuilt only when a call needs more rows or positions."""
-        from kernelzero.models import fastgen
+        from kernelzero.models.fastgen import FastGenConfig, FastGenerator, supports
 
-        if not (self.config.fast and fastgen.supports(self.model)):
+        if not (self.config.fast and supports(self.model)):
             return None
         g = self._fast
         if g is None or g.config.max_batch < rows or g.config.max_len < length:
-            cfg = fastgen.FastGenConfig(max_batch=max(rows, g.config.max_batch if g else 0),
-                                        max_len=max(length, g.config.max_len if g else 0))
-            self._fast = g = fastgen.FastGenerator(self.model, cfg, device=self.device)
+            cfg = FastGenConfig(max_batch=max(rows, g.config.max_batch if g else 0),
+                                max_len=max(length, g.config.max_len if g else 0))
+            self._fast = g = FastGenerator(self.model, cfg, device=self.device)
         return g
 
     def render(self, prompt: Prompt) -> str:
@@ -92,10 +92,10 @@ class HFBackend:
 
     def generate(self, prompts: list[Prompt], n: int, sampling: SamplingConfig) -> list[list[str]]:
         check_request(prompts, n)
-        from kernelzero.models import fastgen
+        from kernelzero.models.fastgen import supports
 
         rows = self.config.max_batch_rows
-        if self.config.fast and fastgen.supports(self.model):
+        if self.config.fast and supports(self.model):
             rows = max(rows, self.config.fast_batch_rows)
         per_batch = max(1, rows // n)
         out: list[list[str]] = []
