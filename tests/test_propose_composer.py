@@ -13,8 +13,8 @@ import pytest
 from kernelzero.catalog.cooccurrence import load_default
 from kernelzero.catalog.cost import get_target
 from kernelzero.eval import EvalConfig, Evaluator
+from kernelzero.propose.builder import ComposeError
 from kernelzero.propose.composer import ComposeConfig, Composer, choose_order
-from kernelzero.propose.emit import ComposeError
 from kernelzero.propose.validate import ValidationConfig, Validator, static_rejections
 
 GEMM_CHAINS = [  # GEMM followed by bias, activation, normalisation and reduction epilogues

@@ -4,9 +4,10 @@ Public API (everything above `eval` talks to it through these names only):
     EvalConfig, RuntimeConfig, Verdict, Timing, STATUSES, Evaluator
 
 Layout. The judge is the modules here: evaluator.py (the pipeline), batch.py, judgement.py,
-reference.py (with streamed_reference.py), trial_results.py, time_command.py, reference_cache.py,
-schedule.py, compare.py, rulings.py, plausibility.py, policy.py, audit.py (with audit_wrapper.py
-and audit_checks.py), environment.py, with the types every part uses (config.py, verdict.py).
+held_candidate.py, reference.py (with streamed_reference.py), trial_results.py,
+time_command.py, reference_cache.py, schedule.py, compare.py, rulings.py, plausibility.py,
+policy.py, audit.py (with audit_wrapper.py and audit_checks.py), environment.py, with the types
+every part uses (config.py, verdict.py).
 Below them, one concept per subpackage:
     sandbox/    starting, jailing and ending worker processes (the judge's side)
     worker/     the program inside a worker process: load, trials, timing, builds

@@ -29,11 +29,12 @@ from kernelzero.eval.batch import JudgingBatch
 from kernelzero.eval.worker.builds import BuildCache
 from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.transport.cuda_ipc import SharedMappings
 from kernelzero.eval.environment import probe_gpu_name
 from kernelzero.eval.device.footprint import gib
 from kernelzero.eval.device.memory_gate import out_of_memory
 from kernelzero.eval.device.memory_plan import MemoryPlan
+from kernelzero.eval.held_candidate import (HeldCandidate, died_verdict, timeout_verdict,
+                                           write_sources)
 from kernelzero.eval.judgement import CandidateJudgement, _loading_reason
 from kernelzero.eval.reference import WAIT_EXIT_BYTES, ReferenceRun, run_reference
 from kernelzero.eval.reference_cache import ReferenceCache
@@ -308,27 +309,23 @@ class Evaluator:
         reference = self.references.get(task)  # started now, it runs while this one loads
         with w.released():
             self._live.add(w)
-            paths = _write_sources(w, task, cand)
-            held = _Held(w)
+            paths = write_sources(w, task, cand)
+            held = HeldCandidate(w)
             # take_s: waiting for a worker (seconds when no spare was ready and one had to start)
             phases: dict[str, float] = {"take_s": time.perf_counter() - t_take}
             try:
                 return self._load_and_judge(task, cand, backend, held, reference, paths, phases)
             except WorkerTimeout:
-                limit = self.config.load_timeout_s if held.phase == "load" \
-                    else self.config.run_timeout_s
-                return Verdict(status="timeout", backend=backend, log_tail=w.log_tail(),
-                               reason=f"the candidate did not finish {_GERUND[held.phase]} "
-                                      f"within {limit:g} s; its process group was killed")
+                return timeout_verdict(held, self.config, backend)
             except WorkerDied as e:
-                return _died_verdict(e, held.phase, w, backend)
+                return died_verdict(e, held.phase, w, backend)
             except (DecodeError, KeyError, TypeError, ValueError) as e:
                 return Verdict(status="incorrect", backend=backend, flags=["bad_reply"],
                                reason=f"the candidate's outputs could not be read: {e}")
             finally:
                 self._release(held)
 
-    def _load_and_judge(self, task: Task, cand: Candidate, backend: str, held: _Held, reference,
+    def _load_and_judge(self, task: Task, cand: Candidate, backend: str, held: HeldCandidate, reference,
                         paths: dict, phases: dict[str, float]) -> Verdict:
         """Load the candidate in `held.worker`, wait for its task's reference outputs (or start
         the reference beside it, for a streamed task), then judge it; `phases` gains the
@@ -361,7 +358,7 @@ class Evaluator:
         v.phases_s = {k: round(x, 4) for k, x in phases.items()}
         return v
 
-    def _release(self, held: _Held) -> None:
+    def _release(self, held: HeldCandidate) -> None:
         """After a judgement, whatever became of it: the arena unmapped before the worker is
         killed, and a large grant released only once its workers' memory is back."""
         held.arena.clear()
@@ -375,43 +372,6 @@ class Evaluator:
         self._live.discard(held.worker)
         if grant is not None:
             grant.release()
-
-
-@dataclass
-class _Held:
-    """What one candidate's judgement holds, for the judge to release after it."""
-
-    worker: SandboxWorker
-    arena: SharedMappings = field(default_factory=SharedMappings)  # mapped while it is judged
-    judgement: CandidateJudgement | None = None
-    oracle: StreamedReference | None = None  # a streamed task's reference, run beside it
-
-    @property
-    def phase(self) -> str:
-        return self.judgement.phase if self.judgement else "load"
-
-
-def _write_sources(w: SandboxWorker, task: Task, cand: Candidate) -> dict:
-    """The candidate's source, and the worker's own copy of the reference's (nothing a candidate
-    writes can change what another worker imports), in its directory: the `load` paths."""
-    cand_path = os.path.join(w.dir, f"candidate_{cand.hash}.py")
-    Path(cand_path).write_text(cand.source, encoding="utf-8")
-    task_path = os.path.join(w.dir, f"task_{task.hash}.py")
-    Path(task_path).write_text(task.source, encoding="utf-8")
-    return {"task_path": task_path, "candidate_path": cand_path}
-
-
-def _died_verdict(e: WorkerDied, phase: str, w: SandboxWorker, backend: str) -> Verdict:
-    if e.exit_code == 0:  # ended itself before the checks could finish
-        return Verdict(status="rejected", backend=backend, flags=["harness_exit"],
-                       log_tail=w.log_tail(),
-                       reason=f"while {_GERUND[phase]}, the candidate ended its own "
-                              "process (exit code 0) before the checks finished")
-    return Verdict(status="runtime_error", backend=backend, log_tail=w.log_tail(),
-                   reason=f"while {_GERUND[phase]}, {e}")
-
-
-_GERUND = {"load": "loading", "run": "running", "time": "timing"}
 
 
 def _alone_note(free: int | None) -> str:

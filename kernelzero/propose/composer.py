@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from kernelzero.catalog.cost import Target, estimate_ms, get_target
 from kernelzero.catalog.specs import OpSpec, get_spec
-from kernelzero.propose.emit import EMITTERS, Builder, ComposeError
+from kernelzero.propose.builder import Builder, ComposeError
+from kernelzero.propose.emit import EMITTERS
 from kernelzero.propose.render import render
 
 STAGE = {"attention": 0, "gemm": 0, "conv": 0, "norm": 1, "activation": 2, "elementwise": 2,

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 from kernelzero.catalog.cooccurrence import Distribution, load_default
 from kernelzero.catalog.specs import get_spec
+from kernelzero.propose.builder import ComposeError
 from kernelzero.propose.composer import ComposeConfig, Composer
 from kernelzero.propose.dedup import canonical_hash
-from kernelzero.propose.emit import ComposeError
 from kernelzero.propose.validate import ValidationConfig, ValidationResult, Validator
 from kernelzero.tasks.task import source_hash
 

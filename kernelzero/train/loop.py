@@ -31,8 +31,9 @@ Judging: one pool (`reward` section: local, Ray or a reward service; judging.ope
 every candidate; the Proposer's validation check probes reference modules in a local Evaluator,
 which is also the pool when `reward` says local.
 
-Does not cover: the reward formulas (rewards.py), the TRL adapters (ca_grpo.py,
-proposer_grpo.py) or launching on several processes (docs/training.md).
+Does not cover: where the starting Coder and Proposer come from (starting_models.py), the reward
+formulas (rewards.py), the TRL adapters (ca_grpo.py, proposer_grpo.py) or launching on several
+processes (docs/training.md).
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ from kernelzero.train.checkpoint import PHASES, RunState, restore_rng, save_rng
 from kernelzero.train.config import TrainConfig
 from kernelzero.train.judging import Judge, VerdictCache, open_pool
 from kernelzero.train.round_report import count, mean, phase_line, plot_heldout
+from kernelzero.train.starting_models import resolve_models
 from kernelzero.train.steplog import StepLogger, read_steps
 
 EXAMPLE_TASKS = Path(__file__).resolve().parent.parent / "examples" / "tasks"
@@ -104,78 +106,9 @@ class Loop:
 
     # ------------------------------------------------------------------ setup
     def _models(self) -> None:
-        for role in ("coder", "proposer"):
-            attr = f"{role}_model"
-            if getattr(self.state, attr):
-                continue
-            spec = getattr(self.cfg, attr)
-            if spec == "tiny":
-                spec = str(self._tiny(role))
-            elif spec == "shipped":
-                from kernelzero.models.shipped import shipped_model
-                spec = str(shipped_model(role))
-            elif spec == "scratch" and role == "coder":
-                spec = self._cold_start()
-            elif spec == "scratch" and role == "proposer":
-                spec = self._proposer_cold_start()
-            if not Path(spec).exists():
-                raise FileNotFoundError(f"{attr}={spec!r}: no such checkpoint directory")
-            setattr(self.state, attr, spec)
+        """The starting Coder and Proposer as checkpoint directories (starting_models.py)."""
+        resolve_models(self.cfg, self.state, self.out, self.rank, self.evaluator, log=self.log)
         self.state.save(self.out / "state.json") if self.rank == 0 else None
-
-    def _tiny(self, role: str) -> Path:
-        from kernelzero.models.tiny import build_tiny_model
-        path = self.out / "models" / f"{role}-init"
-        done = path / "kernelzero_tiny.json"  # written last by build_tiny_model
-        if self.rank == 0 and not done.exists():
-            phase = getattr(self.cfg, role)  # positions for its longest prompt + answer
-            positions = max(4096, phase.max_prompt_tokens + phase.max_completion_tokens)
-            build_tiny_model(path, seed=self.cfg.seed + (0 if role == "coder" else 1),
-                             hidden_size=self.cfg.tiny_size[0], num_layers=self.cfg.tiny_size[1],
-                             max_position_embeddings=positions)
-        _wait_for(done)
-        return path
-
-    def _cold_start(self) -> str:
-        """A Coder from zero (cold_start.py): distil the teacher, build, fine-tune. Rank 0 does it;
-        the others wait for the model. Its figures go to state.json and summary.json."""
-        from kernelzero.train.cold_start import run_cold_start
-        where = self.out / "cold_start"
-        if self.rank == 0:
-            self.log("cold start: the Coder is made from zero (teacher distillation, then SFT)")
-            with self._distill_pool() as pool:
-                figures = run_cold_start(self.cfg.cold_start, where, pool, log=self.log, curve_config={
-                    "prompt": self.cfg.coder.prompt_config(), "target": self.cfg.heldout.family_target,
-                    "max_new_tokens": self.cfg.coder.max_completion_tokens})
-            self.state.cold_start = {k: v for k, v in figures.items() if k != "config"}
-        _wait_for(where / "cold_start.json")
-        return str(where / "model")
-
-    def _proposer_cold_start(self) -> str:
-        if self.cfg.proposer.kind != "family":
-            raise ValueError("proposer_model: scratch needs proposer.kind: family (a Proposer from "
-                             "zero learns the op family's modules)")
-        from kernelzero.train.family_proposer import make_proposer
-        where = self.out / "proposer_cold_start"
-        if self.rank == 0:
-            self.log("proposer cold start: distilled from the family generator, then SFT")
-            make_proposer(self.cfg, where, log=self.log)
-        _wait_for(where / "proposer_cold_start.json")
-        return str(where / "model")
-
-    @contextlib.contextmanager
-    def _distill_pool(self):
-        """The teacher's kernels are small training modules: judged on the CPU (the Triton
-        interpreter), with as many workers as the machine has cores to spare, whatever device
-        the run's rollouts are judged on."""
-        from kernelzero.eval import EvalConfig, Evaluator
-        if self.cfg.eval.get("device", "cpu") == "cpu":
-            yield self.evaluator
-            return
-        workers = max(1, (os.cpu_count() or 2) - 2)
-        with Evaluator(EvalConfig(device="cpu", tolerance=self.cfg.eval.get("tolerance", "strict"),
-                                  max_workers=workers)) as ev:
-            yield ev
 
     def _seed_tasks(self) -> list:
         """The tasks the Coder trains on besides the pool, minus any held-out task (by content
@@ -383,13 +316,6 @@ class Loop:
                 out.append({"round": r + 1, "valid": info.get("valid"), "in_band": info.get("in_band"),
                             "share": info.get("band_share")})
         return out
-
-
-def _wait_for(path: Path, timeout_s: float = 3600) -> None:
-    """Ranks other than 0 wait for what rank 0 writes (a model, the cold start)."""
-    deadline = time.time() + timeout_s
-    while not path.exists() and time.time() < deadline:
-        time.sleep(0.5)
 
 
 def latest_group_flags(history: list[dict], task_hashes: set[str]) -> dict[str, list[bool]]:

@@ -16,7 +16,7 @@ import weakref
 from kernelzero.eval.device.gpu_lock import gpu_lock_for
 from kernelzero.eval.sandbox.channel import WorkerDied, WorkerTimeout
 from kernelzero.eval.sandbox.sandbox import SandboxLimits, SandboxWorker
-from kernelzero.eval.worker.worker import GPU_WARM_STAGES
+from kernelzero.eval.worker.warm_up import GPU_WARM_STAGES
 
 
 class SparePool:

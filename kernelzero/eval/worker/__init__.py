@@ -8,7 +8,8 @@ reference module or a candidate runs.
 - trials.py: the correctness trials (the `run` command); timer.py: the timed loop (`time`),
   on the clocks and events of timing_primitives.py (captured before untrusted code loads),
   calibrated by timing_calibration.py, deciding by the rules of timing_rules.py;
-- warm_libraries.py: CUDA libraries made ready in a spare worker;
+- warm_up.py: the `warm` command, a spare's start-up costs paid in stages, with the CUDA
+  libraries of warm_libraries.py;
 - builds.py: compiled extensions reused across judgements of the same source (the judge's
   cache, and the worker's `load_inline` hook);
 - library_share.py: the share of a candidate's GPU time spent in vendor libraries (profiled

@@ -1,5 +1,5 @@
 """The CUDA libraries a module is likely to use, made ready in a spare worker before any untrusted
-code arrives (worker.Worker.warm), so a candidate's first trial does not pay their set-up
+code arrives (warm_up.warm), so a candidate's first trial does not pay their set-up
 (handles, workspaces, lazily loaded kernels) inside the judge's GPU phases."""
 from __future__ import annotations
 

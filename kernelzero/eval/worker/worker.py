@@ -15,20 +15,20 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 import traceback
 
 # Imported before any untrusted code runs: a candidate cannot swap what times it or profiles it.
 from kernelzero.eval.worker.builds import install_load_inline_cache, mentions
 from kernelzero.eval.worker.failures import classify, one_line
 from kernelzero.eval.worker.library_share import KernelProfile
-from kernelzero.eval.device.footprint import measure, warm_fake_mode
+from kernelzero.eval.device.footprint import measure
 from kernelzero.eval.device.reserve import hand_to_allocator
 from kernelzero.eval.worker.network import network_isolated
 from kernelzero.eval.worker.timer import time_calls
 from kernelzero.eval.worker.timing_primitives import capture_primitives, l2_reset_function
 from kernelzero.eval.worker.trials import run_trials
-from kernelzero.eval.worker.warm_libraries import warm_cuda_libraries
+from kernelzero.eval.worker.warm_up import warm as warm_up
+
 
 def _failure(e: BaseException, phase: str) -> dict:
     if isinstance(e, SystemExit):
@@ -44,10 +44,6 @@ def _import_file(path: str, name: str):
     sys.modules[name] = mod  # Triton and dataclasses look modules up by name
     spec.loader.exec_module(mod)
     return mod
-
-
-WARM_STAGES = ("imports", "context", "libraries", "dry_run")
-GPU_WARM_STAGES = ("context", "libraries", "dry_run")  # the judge holds the GPU (shared) for these
 
 
 class Worker:
@@ -126,59 +122,8 @@ class Worker:
 
     # ------------------------------------------------------------------ commands
     def warm(self, cmd: dict) -> dict:
-        """Pay start-up costs before any untrusted code arrives (the Triton import, the CUDA
-        context, cuBLAS and cuDNN handles, the common kernels' lazy module loading, the `run`
-        path), so a candidate's first correctness trial does not pay them inside the judge's GPU
-        phases. `stages` (default: all, in WARM_STAGES order) lets the judge hold the GPU
-        (shared) for each GPU stage separately: a timing then waits for one short stage, not a
-        whole start-up (spares.SparePool)."""
-        t0 = time.perf_counter()
-        cuda = cmd.get("device") == "cuda"
-        for stage in cmd.get("stages") or WARM_STAGES:
-            try:
-                if stage == "imports":
-                    import triton  # noqa: F401
-                    if cuda:  # a reference's `load` measures its footprint under FakeTensorMode
-                        warm_fake_mode(self.torch)
-                elif cuda and stage == "context":
-                    self.torch.cuda.init()
-                    self.torch.zeros(1, device="cuda")  # the context is made at the first use
-                elif cuda and stage == "libraries":
-                    warm_cuda_libraries(self.torch)
-                elif cuda and stage == "dry_run":
-                    self._dry_run(cmd.get("transfer", "ipc"))
-                    # RuntimeConfig.spare_reserve_mb: kept by this process's caching allocator
-                    hand_to_allocator(self.torch, int(cmd.get("reserve_mb", 0)) << 20)
-            except Exception:  # noqa: BLE001 - a warm-up miss only costs time later
-                pass
-            if cuda and stage in GPU_WARM_STAGES:
-                self.torch.cuda.synchronize()
-        return {"ok": True, "warm_ms": (time.perf_counter() - t0) * 1e3}
-
-    def _dry_run(self, transfer: str) -> None:
-        """The whole `run` path once on a built-in ReLU (fresh inputs, digest, poisoned
-        allocations, output sharing, the mutation check), so its one-off costs (lazy kernel
-        loading, PyTorch's IPC reference counters) are paid here. Leaves no state behind."""
-        torch = self.torch
-
-        class _Task:
-            @staticmethod
-            def get_inputs():
-                return [torch.randn(256, 256)]
-
-        self.device, self.transfer, self.ref = "cuda", transfer, _Task
-        self.model = torch.nn.ReLU()
-        try:
-            self.run({"trials": [{"seed": 0}, {"seed": 1}], "poison": True})
-        finally:
-            self.device, self.transfer, self.ref, self.model = "cpu", "host", None, None
-            self._keep.clear()
-            self._base = None
-            self._arena = None
-            for name in os.listdir(self.out_dir):
-                if name.startswith("out_"):
-                    os.remove(os.path.join(self.out_dir, name))
-            torch.cuda.reset_peak_memory_stats()
+        """Start-up costs paid before any untrusted code arrives (warm_up.py: `warm`)."""
+        return warm_up(self, cmd)
 
     def load(self, cmd: dict) -> dict:
         """Import the reference (and the candidate): this is where CUDA extensions compile. With
