@@ -112,70 +112,24 @@ def _progress(total: int, desc: str, quiet: bool):
 
 def run(args: argparse.Namespace) -> int:
     """`kernelzero generate`: the module read, the Coder loaded, attempts judged, the best kernel
-    written, in the order the user sees them. One function on purpose: each step is used once."""
-    from kernelzero.cli import UsageError
-    from kernelzero.coder.attempts import LoopConfig, best_attempt, run_loop
-    from kernelzero.commands.checks import require_file
-    from kernelzero.eval import Evaluator
-    from kernelzero.models import BackendError
-    from kernelzero.tasks import Task
-    from kernelzero.tasks.task import static_check_task
+    written, in the order the user sees them."""
+    from kernelzero.coder.attempts import LoopConfig, best_attempt
 
-    module = require_file(args.module, "module")
-    task = Task.from_file(module)
-    problem = static_check_task(task.source)
-    if problem:
-        raise UsageError(f"{module} is not a reference module: {problem}")
-    if args.k < 1 or args.turns < 1:
-        raise UsageError("-k and --turns must be at least 1")
-    if args.export_name:  # a bad name or folder found now, not after the sampling
-        from kernelzero.export import ExportError, check_target
-        try:
-            check_target(args.export_name, args.export_dir)
-        except ExportError as e:
-            raise UsageError(str(e)) from None
+    module, task = _read_module(args)
     backend, eval_cfg, prompt_cfg, sampling = build_common(args)
     loop_cfg = LoopConfig(k=args.k, turns=args.turns, prompt=prompt_cfg, sampling=sampling)
     out = Path(args.out) if args.out else Path(f"{module.stem}_new.py")
     if out.is_dir():  # a folder to put it in
         out = out / f"{module.stem}_new.py"
-
-    bars: dict[int, object] = {}
-
-    def on_turn(turn: int, n: int) -> None:
-        bars[turn] = _progress(n, f"judging turn {turn}", args.json)
-
-    def on_verdict(attempt) -> None:
-        bars[attempt.turn].update(1)
-
     if not args.json:
         print(f"sampling {args.k} from {backend.spec} for {task.key} "
               f"({args.backend}, {eval_cfg.device})", file=sys.stderr)
-    try:
-        with Evaluator(eval_cfg) as ev:
-            chains = run_loop(backend, ev, task, loop_cfg, on_verdict=on_verdict,
-                              on_turn=on_turn)
-    except BackendError as e:
-        print(f"kernelzero generate: the model backend failed: {e}", file=sys.stderr)
+    chains = _sample_and_judge(backend, eval_cfg, task, loop_cfg, args.json)
+    if chains is None:
         return 1
-    for bar in bars.values():
-        bar.close()
     attempts = [a for c in chains for a in c.attempts]
     best = best_attempt(attempts)
-    exported = None
-    if best is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(best.code, encoding="utf-8")
-        if not args.json:
-            _print_attempts(attempts)
-            _print_best(best, out)
-        if args.export_name:
-            from kernelzero.commands.export_cmd import export_kernel
-            from kernelzero.tasks import Candidate
-            cand = Candidate(source=best.code, name=out.stem, path=out)
-            exported = export_kernel(cand, task, [best.verdict], args)
-    elif args.export_name and not args.json:
-        print(f"nothing to export as {args.export_name}: no correct kernel", file=sys.stderr)
+    exported = _write_best(best, out, task, attempts, args)
     if args.json:
         print(json.dumps({
             "task": task.key, "task_hash": task.hash, "model": backend.spec,
@@ -192,6 +146,77 @@ def run(args: argparse.Namespace) -> int:
         _print_attempts(attempts)
         _explain_none(attempts)
     return 0
+
+
+def _read_module(args: argparse.Namespace):
+    """The reference module as a Task, with every argument a usage error can come from checked
+    before any model is loaded; returns (its path, the task)."""
+    from kernelzero.cli import UsageError
+    from kernelzero.commands.checks import require_file
+    from kernelzero.tasks import Task
+    from kernelzero.tasks.task import static_check_task
+
+    module = require_file(args.module, "module")
+    task = Task.from_file(module)
+    problem = static_check_task(task.source)
+    if problem:
+        raise UsageError(f"{module} is not a reference module: {problem}")
+    if args.k < 1 or args.turns < 1:
+        raise UsageError("-k and --turns must be at least 1")
+    if args.export_name:  # a bad name or folder found now, not after the sampling
+        from kernelzero.export import ExportError, check_target
+        try:
+            check_target(args.export_name, args.export_dir)
+        except ExportError as e:
+            raise UsageError(str(e)) from None
+    return module, task
+
+
+def _sample_and_judge(backend, eval_cfg, task, loop_cfg, quiet: bool):
+    """The Coder's attempt chains, judged, with a progress bar per turn; None (and the reason
+    printed) when the model backend fails."""
+    from kernelzero.coder.attempts import run_loop
+    from kernelzero.eval import Evaluator
+    from kernelzero.models.base import BackendError
+
+    bars: dict[int, object] = {}
+
+    def on_turn(turn: int, n: int) -> None:
+        bars[turn] = _progress(n, f"judging turn {turn}", quiet)
+
+    def on_verdict(attempt) -> None:
+        bars[attempt.turn].update(1)
+
+    try:
+        with Evaluator(eval_cfg) as ev:
+            chains = run_loop(backend, ev, task, loop_cfg, on_verdict=on_verdict,
+                              on_turn=on_turn)
+    except BackendError as e:
+        print(f"kernelzero generate: the model backend failed: {e}", file=sys.stderr)
+        return None
+    for bar in bars.values():
+        bar.close()
+    return chains
+
+
+def _write_best(best, out: Path, task, attempts: list, args: argparse.Namespace) -> dict | None:
+    """The best attempt's kernel written to `out` (and printed, and exported with
+    --export-name); returns what the export wrote, or None."""
+    if best is None:
+        if args.export_name and not args.json:
+            print(f"nothing to export as {args.export_name}: no correct kernel", file=sys.stderr)
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(best.code, encoding="utf-8")
+    if not args.json:
+        _print_attempts(attempts)
+        _print_best(best, out)
+    if not args.export_name:
+        return None
+    from kernelzero.commands.export_cmd import export_kernel
+    from kernelzero.tasks import Candidate
+    cand = Candidate(source=best.code, name=out.stem, path=out)
+    return export_kernel(cand, task, [best.verdict], args)
 
 
 def _print_best(best, out: Path) -> None:

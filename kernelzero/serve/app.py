@@ -189,8 +189,8 @@ def create_app(pool, config: ServeConfig | None = None, pool_kind: str | None = 
     """The FastAPI app serving `pool` (anything with `judge_many(pairs, on_verdict)`).
 
     The app starts its dispatcher threads on startup and stops them on shutdown; it does not
-    close the pool (whoever made the pool does). The routes are closures over the app's queue and
-    pool, so they live in this one function.
+    close the pool (whoever made the pool does). Long on purpose: the routes are closures over the
+    app's dispatcher, config and pool, and read top to bottom beside their OpenAPI responses.
     """
     config = config or ServeConfig()
     kind = pool_kind or _pool_kind(pool)
@@ -213,20 +213,7 @@ def create_app(pool, config: ServeConfig | None = None, pool_kind: str | None = 
     app.state.config = config
     app.add_middleware(_Gate, config=config)  # auth and size, before FastAPI reads the body
     bearer = HTTPBearer(auto_error=False, description="set when the server has a token")
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
-        if any(e.get("type") == "json_invalid" for e in errors):
-            return JSONResponse({"detail": "the body is not valid JSON: " + _describe(errors)},
-                                status_code=400)
-        return JSONResponse({"detail": "the body does not match the schema (a JSON array of "
-                                       "{reference, candidate, backend?, name?}): "
-                                       + _describe(errors), "errors": errors}, status_code=422)
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):  # a KernelZero bug, not the client's
-        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+    _add_error_handlers(app)
 
     @app.post(JUDGE_PATH, dependencies=[Security(bearer)],
               responses={200: {"model": list[Verdict], "description": "one verdict per item, in "
@@ -271,6 +258,25 @@ def create_app(pool, config: ServeConfig | None = None, pool_kind: str | None = 
                 "limits": {"max_batch": config.max_batch, "max_body_bytes": config.max_body_bytes}}
 
     return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """A body FastAPI cannot read as the schema -> 400 (not JSON) or 422 (wrong shape), with
+    where and what; any other exception -> 500 naming only its type (a KernelZero bug)."""
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+        if any(e.get("type") == "json_invalid" for e in errors):
+            return JSONResponse({"detail": "the body is not valid JSON: " + _describe(errors)},
+                                status_code=400)
+        return JSONResponse({"detail": "the body does not match the schema (a JSON array of "
+                                       "{reference, candidate, backend?, name?}): "
+                                       + _describe(errors), "errors": errors}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):  # a KernelZero bug, not the client's
+        return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
 def _pool_state(pool) -> dict:

@@ -96,33 +96,50 @@ class RowLowering:
         return self.ew("mul", y, w) if w is not None else y
 
     def apply_row_or_matmul(self, name: str, a: dict, x):
-        """The IR node of a row op or a matmul named `name` (arguments `a`, input `x`). One branch
-        per op family, kept in one place so every spelling of a reduction lowers the same way."""
+        """The IR node of a row op or a matmul named `name` (arguments `a`, input `x`). One helper
+        per op family, all reached from here, so every spelling of a reduction lowers the same
+        way."""
+        if name in ("matmul", "mm", "linear", "addmm"):
+            return self.apply_matmul(name, a, x)
+        t = self.tensor(x, name)
+        if name in ("softmax", "log_softmax"):
+            return self.apply_softmax(name, a, t)
+        if name in ("layer_norm", "rms_norm", "normalize"):
+            return self.apply_norm(name, a, t)
+        return self.apply_reduction(name, a, t)
+
+    def apply_matmul(self, name: str, a: dict, x) -> Node:
+        """matmul / mm, linear (a transposed weight and an optional bias) and addmm (beta and
+        alpha 1 only)."""
         if name in ("matmul", "mm"):
             return self.matmul(x, a.get("other", a.get("mat2")))
         if name == "linear":
             out = self.matmul(x, Transposed(self.tensor(a.get("weight"), "linear's weight")))
             b = given(a.get("bias"))
             return out if b is None else self.ew("add", out, self.tensor(b, "linear's bias"))
-        if name == "addmm":
-            if any(given(a.get(k)) is not None and self.static(a[k], k) != 1 for k in ("beta", "alpha")):
-                raise Unsupported("unsupported: addmm with beta or alpha other than 1")
-            out = self.matmul(a.get("mat1"), a.get("mat2"))
-            return self.ew("add", self.tensor(x, "addmm's input"), out)
-        t = self.tensor(x, name)
-        if name in ("softmax", "log_softmax"):
-            if given(a.get("dtype")) is not None:
-                raise Unsupported(f"unsupported: {name} with a dtype")
-            if given(a.get("dim")) is None:
-                raise Unsupported(f"unsupported: {name} without a dim")
-            dims = self.dims_of(a["dim"], f"{name}'s dim")
-            m = self.reduce("max", t, dims, "row_max")
-            if name == "softmax":
-                e = self.ew("exp", self.ew("sub", t, m))
-                return self.ew("div", e, self.reduce("sum", e, dims, "row_sum"))
-            z = self.ew("sub", t, m)
-            s = self.reduce("sum", self.ew("exp", z), dims, "row_sum")
-            return self.ew("sub", z, self.ew("log", s))
+        if any(given(a.get(k)) is not None and self.static(a[k], k) != 1 for k in ("beta", "alpha")):
+            raise Unsupported("unsupported: addmm with beta or alpha other than 1")
+        out = self.matmul(a.get("mat1"), a.get("mat2"))
+        return self.ew("add", self.tensor(x, "addmm's input"), out)
+
+    def apply_softmax(self, name: str, a: dict, t: Node) -> Node:
+        """softmax (a max pass, a sum pass, the write) or log_softmax, over a given dim."""
+        if given(a.get("dtype")) is not None:
+            raise Unsupported(f"unsupported: {name} with a dtype")
+        if given(a.get("dim")) is None:
+            raise Unsupported(f"unsupported: {name} without a dim")
+        dims = self.dims_of(a["dim"], f"{name}'s dim")
+        m = self.reduce("max", t, dims, "row_max")
+        if name == "softmax":
+            e = self.ew("exp", self.ew("sub", t, m))
+            return self.ew("div", e, self.reduce("sum", e, dims, "row_sum"))
+        z = self.ew("sub", t, m)
+        s = self.reduce("sum", self.ew("exp", z), dims, "row_sum")
+        return self.ew("sub", z, self.ew("log", s))
+
+    def apply_norm(self, name: str, a: dict, t: Node) -> Node:
+        """layer_norm and rms_norm (over the trailing dims `normalized_shape` covers, with the
+        torch default eps when none is given) and F.normalize."""
         if name in ("layer_norm", "rms_norm"):
             dims = self.norm_dims(a.get("normalized_shape"))
             w = given(a.get("weight"))
@@ -133,12 +150,15 @@ class RowLowering:
             b = given(a.get("bias"))
             return self.layer_norm(t, dims, w, None if b is None else self.tensor(b, "the bias"),
                                    const("1e-05") if eps is None else self.tensor(eps, "eps"))
-        if name == "normalize":
-            p = self.static(a.get("p", Static(2.0, "")), "normalize's p")
-            dims = self.dims_of(a.get("dim", Static(1, "1")), "normalize's dim")
-            eps = given(a.get("eps"))
-            nrm = self.norm_of(t, p, dims)
-            return self.ew("div", t, self.ew("clamp_min", nrm, const("1e-12") if eps is None else self.tensor(eps, "eps")))
+        p = self.static(a.get("p", Static(2.0, "")), "normalize's p")
+        dims = self.dims_of(a.get("dim", Static(1, "1")), "normalize's dim")
+        eps = given(a.get("eps"))
+        nrm = self.norm_of(t, p, dims)
+        return self.ew("div", t, self.ew("clamp_min", nrm, const("1e-12") if eps is None else self.tensor(eps, "eps")))
+
+    def apply_reduction(self, name: str, a: dict, t: Node):
+        """sum, mean, amax / amin, max / min (a Pair with a dim), logsumexp, norms, var and std,
+        squeezed unless keepdim; any other name is unsupported."""
         keepdim = given(a.get("keepdim"))
         if given(a.get("dtype")) is not None:
             raise Unsupported(f"unsupported: {name} with a dtype")

@@ -78,13 +78,10 @@ _now = time.monotonic  # the time limit's clock (a test replaces it)
 
 def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, progress: bool = False) -> dict:
     """Sample, judge, keep, write; returns counts {tasks, samples, judged, correct, kept,
-    tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}. One
-    function on purpose: the four steps read top to bottom and share their counts."""
+    tasks_kept, skipped (samples with no code: not judged) and skipped_reasons, verdicts}."""
     from kernelzero.coder.prompts import PromptConfig, build_prompt
     from kernelzero.models import SamplingConfig, load_backend
-    from kernelzero.coder.extract import to_candidate
     from kernelzero.train.judging import Judge, VerdictCache
-    from tqdm.auto import tqdm
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -96,8 +93,31 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
     outs = teacher.generate(prompts, k, SamplingConfig(
         temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=cfg.seed))
     judge = Judge(evaluator, VerdictCache(out.with_suffix(".verdicts.jsonl")))
+    pairs, where, skipped = _samples_with_code(tasks, outs)
+    verdicts = _judge_in_chunks(judge, pairs, cfg, progress)
+    kept: dict[int, list[tuple[int, str, object]]] = {}
+    for (ti, s, c), v in zip(where, verdicts):
+        if v.correct:
+            kept.setdefault(ti, []).append((s, c, v))
+    rows = _rows(cfg, tasks, prompts, kept)
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tmp.replace(out)
+    return {"tasks": len(tasks), "samples": len(pairs) + sum(skipped.values()), "judged": len(verdicts),
+            "correct": sum(v.correct for v in verdicts), "kept": len(rows), "tasks_kept": len(kept),
+            "skipped": sum(skipped.values()), "skipped_reasons": dict(skipped.most_common()),
+            "unjudged": len(pairs) - len(verdicts),
+            "verdicts": dict(Counter(v.status for v in verdicts)), "k": k, "out": str(out)}
+
+
+def _samples_with_code(tasks: list[Task], outs: list[list[str]]):
+    """The (task, candidate) pairs to judge, where each came from (task index, sample index,
+    completion), and the samples with no code, counted by the first line of what the teacher
+    said."""
+    from kernelzero.coder.extract import to_candidate
+
     pairs, where = [], []
-    skipped: Counter = Counter()  # samples with no code, by the first line of what the teacher said
+    skipped: Counter = Counter()
     for ti, (t, cs) in enumerate(zip(tasks, outs)):
         for s, c in enumerate(cs):
             cand = to_candidate(c)
@@ -106,9 +126,16 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
                 continue
             pairs.append((t, cand))
             where.append((ti, s, c))
+    return pairs, where, skipped
+
+
+def _judge_in_chunks(judge, pairs: list, cfg: DistillConfig, progress: bool) -> list:
+    """The pairs' verdicts, judged in chunks, each cached as soon as it is done: a long
+    distillation shows its progress and a killed one resumes where it stopped. A time limit ends
+    it between chunks (the verdicts then cover a prefix of `pairs`)."""
+    from tqdm.auto import tqdm
+
     verdicts = []
-    # Judged in chunks, each cached as soon as it is done: a long distillation shows its progress
-    # and a killed one resumes where it stopped. A time limit ends it between chunks.
     chunks = range(0, len(pairs), JUDGE_CHUNK)
     deadline = None if cfg.time_limit_s is None else _now() + cfg.time_limit_s
     with tqdm(total=len(pairs), desc="distill: judging", unit="kernel", disable=not progress) as bar:
@@ -118,10 +145,11 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
             chunk = pairs[start:start + JUDGE_CHUNK]
             verdicts += judge.judge(chunk, context={"phase": "distill", "teacher": cfg.teacher})
             bar.update(len(chunk))
-    kept: dict[int, list[tuple[int, str, object]]] = {}
-    for (ti, s, c), v in zip(where, verdicts):
-        if v.correct:
-            kept.setdefault(ti, []).append((s, c, v))
+    return verdicts
+
+
+def _rows(cfg: DistillConfig, tasks: list[Task], prompts: list, kept: dict) -> list[dict]:
+    """The SFT rows of the kept samples (all, or each task's fastest), task by task."""
     rows = []
     for ti, items in sorted(kept.items()):
         if cfg.fastest_only:
@@ -135,14 +163,7 @@ def distill(cfg: DistillConfig, tasks: list[Task], evaluator, out: str | Path, p
                 "verdict": {"status": v.status, "speedup": v.speedup, "speedup_compile": v.speedup_compile,
                             "candidate_hash": v.candidate_hash, "device": v.device, "policy": v.policy,
                             "trials_passed": v.trials_passed}})
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    tmp.replace(out)
-    return {"tasks": len(tasks), "samples": len(pairs) + sum(skipped.values()), "judged": len(verdicts),
-            "correct": sum(v.correct for v in verdicts), "kept": len(rows), "tasks_kept": len(kept),
-            "skipped": sum(skipped.values()), "skipped_reasons": dict(skipped.most_common()),
-            "unjudged": len(pairs) - len(verdicts),
-            "verdicts": dict(Counter(v.status for v in verdicts)), "k": k, "out": str(out)}
+    return rows
 
 
 def _first_line(completion: str) -> str:
