@@ -19,6 +19,14 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
+def parse_retry_after(headers) -> float | None:
+    """The server's Retry-After header in seconds (the delta form; a date, or none, is None)."""
+    try:
+        return float((headers or {}).get("Retry-After", ""))
+    except (TypeError, ValueError):
+        return None
+
+
 class Retryable(Exception):
     """A failed attempt worth another: `problem` in words, the server's Retry-After (s) and
     the HTTP status when there was one."""

@@ -39,3 +39,10 @@ def test_a_final_error_is_not_retried():
 def test_retry_after_is_honoured_and_everything_is_capped():
     assert backoff_wait(0, 0.1, 30.0, retry_after=4.0) == 4.0
     assert backoff_wait(10, 1.0, 8.0) <= 8.0 and backoff_wait(0, 1.0, 8.0, retry_after=60) == 8.0
+
+
+def test_retry_after_header_is_read_in_seconds_and_a_date_is_none():
+    from kernelzero.retry import parse_retry_after
+    assert parse_retry_after({"Retry-After": "3"}) == 3.0
+    assert parse_retry_after({"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}) is None
+    assert parse_retry_after({}) is None and parse_retry_after(None) is None

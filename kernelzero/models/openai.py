@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from kernelzero.models.base import (BackendError, Prompt, SamplingConfig, chat_messages,
                                     check_request)
-from kernelzero.retry import RETRY_STATUSES, RetriesExhausted, Retryable, call_with_retries
+from kernelzero.retry import RETRY_STATUSES, RetriesExhausted, Retryable, call_with_retries, parse_retry_after
 
 KEY_ENV_VARS = ("KERNELZERO_API_KEY", "OPENAI_API_KEY")
 
@@ -124,7 +124,7 @@ class OpenAIBackend:
         except urllib.error.HTTPError as e:
             text = self._scrub(e.read()[:500].decode("utf-8", "replace"))
             if e.code in RETRY_STATUSES:
-                raise Retryable(f"HTTP {e.code}: {text}", _retry_after(e.headers), e.code) from None
+                raise Retryable(f"HTTP {e.code}: {text}", parse_retry_after(e.headers), e.code) from None
             raise BackendError(f"openai: {self.url} answered HTTP {e.code}: {text}") from None
         except (TimeoutError, socket.timeout):
             raise Retryable(f"no answer within {self.config.timeout_s:g} s") from None
@@ -155,11 +155,3 @@ class OpenAIBackend:
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._key, "***") if self._key else text
-
-
-def _retry_after(headers) -> float | None:
-    """The server's Retry-After in seconds (the delta form; a date counts as none)."""
-    try:
-        return float((headers or {}).get("Retry-After", ""))
-    except (TypeError, ValueError):
-        return None

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from kernelzero.eval.verdict import Verdict
-from kernelzero.retry import RETRY_STATUSES, RetriesExhausted, Retryable, call_with_retries
+from kernelzero.retry import RETRY_STATUSES, RetriesExhausted, Retryable, call_with_retries, parse_retry_after
 
 TOKEN_ENV = "KERNELZERO_REWARD_TOKEN"
 class RewardServiceError(RuntimeError):
@@ -145,7 +145,7 @@ class RewardClient:
             problem = f"HTTP {r.status_code}: {_detail(r)}"
             if r.status_code not in RETRY_STATUSES:
                 raise RewardServiceError(f"{method} {path}: {problem}", status=r.status_code)
-            raise Retryable(problem, _retry_after(r), r.status_code)
+            raise Retryable(problem, parse_retry_after(r.headers), r.status_code)
 
         def count(_):
             with self._lock:
@@ -173,10 +173,3 @@ def _detail(r) -> str:
         return str(d.get("detail", d)) if isinstance(d, dict) else str(d)[:300]
     except ValueError:
         return r.text[:300]
-
-
-def _retry_after(r) -> float | None:
-    try:
-        return float(r.headers.get("Retry-After", ""))
-    except ValueError:
-        return None
