@@ -272,3 +272,40 @@ def test_the_committed_rows_load_gzipped_and_a_sample_is_judged_correct():
     with Evaluator(EvalConfig(device="cpu", max_workers=2)) as ev:
         verdicts = ev.judge_many(pairs)
     assert [v.status for v in verdicts] == ["correct"] * 3, [v.reason for v in verdicts]
+
+
+def test_scratch_proposer_is_distilled_from_the_generator_then_reused_on_resume(tmp_path):
+    """proposer_model: scratch makes a Proposer from zero (generator rows, its own tokenizer,
+    SFT) before round 1, records how many of its sampled modules are in the family, and a
+    resumed run reuses it; a catalog Proposer cannot start from scratch."""
+    from kernelzero.train.config_file import from_dict
+    from kernelzero.train.loop import Loop
+
+    base = {
+        "name": "cold-proposer", "coder_model": "tiny", "proposer_model": "scratch",
+        "tiny_size": [32, 1], "rounds": 0, "device": "cpu", "torch_threads": 1,
+        "proposer": {"kind": "family", "sft_modules": 12, "max_completion_tokens": 32},
+        "cold_start": {"preset": "cpu", "family": {"kinds": ["elementwise"], "max_ops": 2},
+                       "sft": {"max_steps": 2, "batch_size": 2, "log_every": 0, "eval_fraction": 0.2}},
+        "heldout": {"family": 0, "handwritten": False, "ood_long": 0, "ood_pairs": 0},
+        "eval": {"device": "cpu", "max_workers": 1, "correctness_trials": 2, "hardening_trials": False},
+    }
+    run = tmp_path / "run"
+    Loop(from_dict(base), run, log=lambda *_: None).run()
+    made = json.loads((run / "proposer_cold_start" / "proposer_cold_start.json").read_text())
+    assert made["steps"] == 2 and made["model"] == str(run / "proposer_cold_start" / "model")
+    assert made["static_validity"]["n"] == 64 and 0 <= made["static_validity"]["in_family"] <= 64
+    state = json.loads((run / "state.json").read_text())
+    assert state["proposer_model"] == made["model"]
+    weights = run / "proposer_cold_start" / "model" / "model.safetensors"
+    stamp = weights.stat().st_mtime_ns
+    Loop(from_dict(base), run, resume=True, log=lambda *_: None).run()
+    assert weights.stat().st_mtime_ns == stamp  # reused, not trained again
+    # ... also when the run stopped after the Proposer was made but before its state was saved
+    from kernelzero.train.family_proposer import make_proposer
+    assert make_proposer(from_dict(base), run / "proposer_cold_start") == made["model"]
+    assert weights.stat().st_mtime_ns == stamp
+
+    with pytest.raises(ValueError, match="proposer.kind: family"):
+        Loop(from_dict({**base, "proposer": {"kind": "catalog"}}), tmp_path / "other",
+             log=lambda *_: None).run()

@@ -322,13 +322,13 @@ def test_the_throughput_bench_sums_the_timed_loops_once_per_reference():
 def test_the_late_margin_covers_host_noise_but_not_real_work():
     """Gaps 0.03-0.04 ms beyond the calibrated latency came from honest loops on a loaded H200
     host; work left behind for 0.1 ms (or 5% of a long call) still counts as late."""
-    from kernelzero.eval.worker.timing_rules import _late
+    from kernelzero.eval.worker.timing_rules import is_late
     fast = [0.2] * 12
-    assert not _late([0.008 + 0.04] * 12, fast, 0.008)
-    assert _late([0.008 + 0.1] * 12, fast, 0.008)
+    assert not is_late([0.008 + 0.04] * 12, fast, 0.008)
+    assert is_late([0.008 + 0.1] * 12, fast, 0.008)
     slow = [4.0] * 12  # 5% of a 4 ms call: 0.2 ms
-    assert not _late([0.008 + 0.15] * 12, slow, 0.008)
-    assert _late([0.008 + 0.3] * 12, slow, 0.008)
+    assert not is_late([0.008 + 0.15] * 12, slow, 0.008)
+    assert is_late([0.008 + 0.3] * 12, slow, 0.008)
 
 
 def test_the_throughput_bench_reports_round_trips_and_late_wake_ups():

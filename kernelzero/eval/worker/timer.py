@@ -65,9 +65,9 @@ import statistics
 from kernelzero.eval.worker.timing_calibration import (flush_gpu_ms, lead_ms_for,
                                                        spin_cycles_per_ms, sync_latency_ms,
                                                        warm_up)
-from kernelzero.eval.worker.timing_rules import (MIN_SYNCED, SETTLE_SYNCED, SYNC_EVERY, _evidence,
-                                                 _gaps, _late, _sync_chance, _undisturbed,
-                                                 spread_ok)
+from kernelzero.eval.worker.timing_rules import (MIN_SYNCED, SETTLE_SYNCED, SYNC_EVERY,
+                                                 evidence_calls, is_late, is_undisturbed,
+                                                 spread_ok, sync_chance, sync_gaps)
 
 SPIN_MS = 1.0       # the host spins through the last this much of a synchronised call, no more
 
@@ -138,7 +138,7 @@ class TimedLoop:
         """Whether enough calls and gaps were seen for the stopping rule to apply."""
         return self.n >= self.first_stop and len(self.sampled) >= MIN_SYNCED and (
             len(self.sampled) >= SETTLE_SYNCED
-            or not _late(_gaps(self.sampled, _evidence(self.sampled)), self.t_done, self.latency))
+            or not is_late(sync_gaps(self.sampled, evidence_calls(self.sampled)), self.t_done, self.latency))
 
     def run(self) -> None:
         """Queue call after call until the stopping rule, the budget or max_trials ends it."""
@@ -155,7 +155,7 @@ class TimedLoop:
             self.n = i + 1
             last = self.n == self.max_n or (
                 self._settled() and prim["clock"]() - self.t_start > self.budget)
-            if last or self.pick.random() < _sync_chance(self.p_sync, self.sampled,
+            if last or self.pick.random() < sync_chance(self.p_sync, self.sampled,
                                                          self.max_n - self.n):
                 self._synchronize(i)
             # This call's inputs are dropped before the next are drawn (same blocks, new values);
@@ -224,9 +224,9 @@ class TimedLoop:
         prim, n, sampled, starts = self.prim, self.n, self.sampled, self.starts
         t_stream = [prim["elapsed"](starts[k], self.ends[k]) for k in range(n)]
         t_after = {k: prim["elapsed"](starts[k], ev) for k, ev in self.afters.items()}
-        evidence = _evidence(sampled)
-        gap = statistics.median(_gaps(sampled, evidence)) if evidence else 0.0
-        late = _late(_gaps(sampled, evidence), t_stream, self.latency)
+        evidence = evidence_calls(sampled)
+        gap = statistics.median(sync_gaps(sampled, evidence)) if evidence else 0.0
+        late = is_late(sync_gaps(sampled, evidence), t_stream, self.latency)
         waits = [w for _, w in sampled.values()]
         # Work that outlived its call is only seen after a synchronize: then only those calls count.
         times = [max(t_stream[k], t_after[k] - self.latency) for k in evidence] \
@@ -236,7 +236,7 @@ class TimedLoop:
         after_allocs = _allocator_counts(self.torch, self.worker.device)
         spins = self.spins
         return {"ok": True, "times_ms": times, "outputs": self.outputs, "work_after_stream": late,
-                "host_busy": late and len(evidence) > sum(map(_undisturbed, waits)),
+                "host_busy": late and len(evidence) > sum(map(is_undisturbed, waits)),
                 "warmup_calls": self.warm_n, "launch_lead_cycles": int(self.rate * self.lead_ms),
                 "launch_lead_ms": self.lead_ms, "spin_ms_median": statistics.median(spins),
                 "spun_calls": sum(s > 0 for s in spins), "synced_calls": len(self.afters),
@@ -245,7 +245,7 @@ class TimedLoop:
                 "launch_bound_calls": self.launch_bound, "same_address_calls": self.same_address,
                 "allocator_calls": {k: after_allocs[k] - self.allocs[k] for k in self.allocs},
                 "sync_latency_ms": self.latency, "after_stream_gap_ms": gap,
-                "disturbed_syncs": sum(not _undisturbed(w) for w in waits),
+                "disturbed_syncs": sum(not is_undisturbed(w) for w in waits),
                 "run_delay_ms_max": max((w for w in waits if w < math.inf), default=0.0),
                 "calls": n, "loop_ms": self.loop_ms,
                 # the whole command in the worker (warm-up and calibration too): what the judge's

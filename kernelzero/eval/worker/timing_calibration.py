@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from kernelzero.eval.worker.timing_rules import _clean_or_all
+from kernelzero.eval.worker.timing_rules import clean_or_all
 
 LEAD_MAX_MS = 2.0
 
@@ -95,4 +95,4 @@ def sync_latency_ms(prim, stream, flush, end, after, n: int = 11) -> float:
         waits.append(prim["run_delay"]() - delay)
         prim["ev_sync"](after)
         gaps.append(prim["elapsed"](end, after))
-    return statistics.median(_clean_or_all(gaps, waits, 3))
+    return statistics.median(clean_or_all(gaps, waits, 3))

@@ -1,8 +1,8 @@
 """The rules the timed loop (timer.py) decides by, on what it has recorded: which calls it
-synchronises (`_sync_chance`), when it may stop (`spread_ok`, after MIN_SYNCED synchronised
+synchronises (`sync_chance`), when it may stop (`spread_ok`, after MIN_SYNCED synchronised
 calls, or SETTLE_SYNCED while their gaps say work outlived the calls), which synchronizes a busy
-host disturbed (`_undisturbed`, `_clean_or_all`), and whether work outlived the calls (`_late`,
-judged on the `_evidence`). Timer.py's docstring says why each rule is what it is.
+host disturbed (`is_undisturbed`, `clean_or_all`), and whether work outlived the calls (`is_late`,
+judged on the `evidence_calls`). Timer.py's docstring says why each rule is what it is.
 
 Pure functions of numbers: recording the events and reading the clocks is timer.py's, the
 measurements before the loop timing_calibration.py's.
@@ -21,34 +21,34 @@ LATE_MS = 0.06    # work after the call counts once the median gap exceeds the l
 RUN_DELAY_MS = 0.02  # a synchronize whose host thread waited longer for a CPU is disturbed
 
 
-def _evidence(sampled: dict[int, tuple[float, float]]) -> list[int]:
+def evidence_calls(sampled: dict[int, tuple[float, float]]) -> list[int]:
     """The sampled calls to judge late work on: those whose synchronize the host thread waited
     out without waiting for a CPU, when there are MIN_SYNCED of them; otherwise all (a host too
     busy to tell, or a module that keeps its CPUs busy, is judged as if every gap were clean)."""
     calls = sorted(sampled)
-    return _clean_or_all(calls, [sampled[k][1] for k in calls], MIN_SYNCED)
+    return clean_or_all(calls, [sampled[k][1] for k in calls], MIN_SYNCED)
 
 
-def _undisturbed(wait_ms: float) -> bool:
+def is_undisturbed(wait_ms: float) -> bool:
     return wait_ms <= RUN_DELAY_MS
 
 
-def _clean_or_all(items: list, waits: list[float], at_least: int) -> list:
+def clean_or_all(items: list, waits: list[float], at_least: int) -> list:
     """The items whose host thread did not wait for a CPU, when at least `at_least` did not;
     otherwise all of them (the loop's evidence, and the latency calibration's samples)."""
-    clean = [x for x, w in zip(items, waits) if _undisturbed(w)]
+    clean = [x for x, w in zip(items, waits) if is_undisturbed(w)]
     return clean if len(clean) >= at_least else list(items)
 
 
-def _gaps(sampled: dict[int, tuple[float, float]], calls: list[int]) -> list[float]:
+def sync_gaps(sampled: dict[int, tuple[float, float]], calls: list[int]) -> list[float]:
     return [sampled[k][0] for k in calls]
 
 
-def _sync_chance(p_sync: float, sampled: dict[int, tuple[float, float]], left: int) -> float:
+def sync_chance(p_sync: float, sampled: dict[int, tuple[float, float]], left: int) -> float:
     """The chance this call is synchronised: p_sync, raised once a synchronize was disturbed so
     that the calls left are likely to hold the undisturbed ones still missing (half as many
     tries again as the share of undisturbed ones so far says are needed)."""
-    clean = sum(_undisturbed(w) for _, w in sampled.values())
+    clean = sum(is_undisturbed(w) for _, w in sampled.values())
     missing = MIN_SYNCED - clean
     if missing <= 0 or clean == len(sampled):
         return p_sync
@@ -56,7 +56,7 @@ def _sync_chance(p_sync: float, sampled: dict[int, tuple[float, float]], left: i
     return max(p_sync, min(1.0, 1.5 * missing / share / max(1, left)))
 
 
-def _late(gaps: list[float], times: list[float], latency: float) -> bool:
+def is_late(gaps: list[float], times: list[float], latency: float) -> bool:
     """Whether work outlived the calls: the median gap from a synchronised call's end event to
     the event after the synchronize exceeds the synchronize latency by LATE_MS or 5%."""
     return bool(gaps) and statistics.median(gaps) > \
