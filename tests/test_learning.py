@@ -309,3 +309,45 @@ def test_scratch_proposer_is_distilled_from_the_generator_then_reused_on_resume(
     with pytest.raises(ValueError, match="proposer.kind: family"):
         Loop(from_dict({**base, "proposer": {"kind": "catalog"}}), tmp_path / "other",
              log=lambda *_: None).run()
+
+
+def test_held_out_split_judges_recorded_completions_as_a_run_does(tmp_path):
+    """bench/heldout_split.py judge: completions sampled elsewhere (the GPU Coder's, on the
+    device) are judged on the held-out tasks the same config builds. The teacher's kernels pass,
+    a completion without code fails, and a record that lacks a task or comes from other held-out
+    sets is refused with exit 2."""
+    import subprocess
+    import sys
+
+    from kernelzero.teacher import compile_module
+    from kernelzero.train.config_file import load_config, parse_overrides
+    from kernelzero.train.heldout import heldout_sets
+    from kernelzero.train.loop import EXAMPLE_TASKS
+
+    sets = ["heldout.family=4", "heldout.ood_long=0", "heldout.ood_pairs=0",
+            "heldout.handwritten=false", "eval.max_workers=2"]
+    tasks = heldout_sets(load_config("coder-gpu", parse_overrides(sets)), EXAMPLE_TASKS)["in_family"]
+    rows = [{"task": t.key, "completion": "```python\n" + compile_module(t.source).kernel_source + "```"}
+            for t in tasks[:3]]
+    rows[1]["completion"] = "I cannot write this kernel."
+    record = tmp_path / "completions.jsonl"
+    record.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = Path(__file__).resolve().parents[1]
+
+    def judge(out, extra=()):
+        args = [a for s in [*sets, *extra] for a in ("--set", s)]
+        return subprocess.run([sys.executable, "bench/heldout_split.py", "judge", "--completions", str(record),
+                               "--out", str(out), *args], cwd=root, capture_output=True, text=True)
+
+    r = judge(tmp_path / "j")
+    assert r.returncode == 2 and "lacks 1 of their 4" in r.stderr  # the 4th task has no completion
+    rows.append({"task": tasks[3].key, "completion": ""})
+    record.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    r = judge(tmp_path / "j")
+    assert r.returncode == 0, r.stderr[-2000:]
+    entry = json.loads((tmp_path / "j" / "heldout.json").read_text())
+    assert entry["n_tasks"] == 4 and entry["pass@1"] == pytest.approx(2 / 4)
+    statuses = [json.loads(line)["status"] for line in (tmp_path / "j" / "in_family" / "outcomes.jsonl").open()]
+    assert statuses.count("correct") == 2 and statuses.count("format_error") == 2, statuses
+    r = judge(tmp_path / "k", ["heldout.seed=8"])
+    assert r.returncode == 2 and "same --config and --set" in r.stderr

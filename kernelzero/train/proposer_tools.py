@@ -25,9 +25,12 @@ def sample_api_set(rng: random.Random, k: int) -> list[str]:
 
 
 def coder_backend(cfg: TrainConfig, coder_model: str):
-    """A model backend on a Coder checkpoint: `hf:` or `vllm:` as cfg.sample_backend says."""
+    """A model backend on a Coder checkpoint: `hf:` or `vllm:` as cfg.sample_backend says; a
+    `replay:FILE` spec (completions written elsewhere, e.g. on a GPU) is read back as it is."""
     from kernelzero.models import load_backend
 
+    if coder_model.startswith("replay:"):
+        return load_backend(coder_model)
     if cfg.sample_backend == "vllm":
         return load_backend(f"vllm:{coder_model}")
     return load_backend(f"hf:{coder_model}", device="cuda" if cfg.device == "cuda" else "cpu")
