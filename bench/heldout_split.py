@@ -46,7 +46,7 @@ def sample(args) -> int:
     pc = cfg.coder.prompt_config()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    took = {}
+    took, tokens = {}, 0
     with open(out, "w") as f:
         for name, tasks in tqdm(sets.items(), desc="held-out sets", unit="set"):
             t0 = time.perf_counter()
@@ -55,9 +55,12 @@ def sample(args) -> int:
             took[name] = round(time.perf_counter() - t0, 1)
             for t, cs in zip(tasks, outs):
                 for c in cs:
+                    tokens += len(backend.tokenizer(c, add_special_tokens=False)["input_ids"])
                     f.write(json.dumps({"task": t.key, "set": name, "completion": c}) + "\n")
+    # new tokens over the sampling time (prefill, padding and the first batch's warm-up included)
     print(json.dumps({"completions": str(out), "tasks": {k: len(v) for k, v in sets.items()},
-                      "sampling_s": took}))
+                      "sampling_s": took, "new_tokens": tokens,
+                      "new_tokens_per_s": round(tokens / max(sum(took.values()), 1e-9))}))
     return 0
 
 
