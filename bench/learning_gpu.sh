@@ -157,6 +157,6 @@ kb-bench)
 *) echo "unknown part $part"; exit 2 ;;
 esac
 # The device returns at most 8 files: everything but the model tarballs goes into one.
-(cd "$OUT" && tar czf results.tgz --exclude='*.tgz' --exclude='*.jsonl.gz' . \
-  && find . -mindepth 1 ! -name '*.tgz' ! -name '*.jsonl.gz' -delete)
+(cd "$OUT" && tar czf results.tgz --exclude='*.tgz' --exclude='*.tgz.part-*' --exclude='*.jsonl.gz' . \
+  && find . -mindepth 1 ! -name '*.tgz' ! -name '*.tgz.part-*' ! -name '*.jsonl.gz' -delete)
 ls -la "$OUT"
