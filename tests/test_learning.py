@@ -351,3 +351,26 @@ def test_held_out_split_judges_recorded_completions_as_a_run_does(tmp_path):
     assert statuses.count("correct") == 2 and statuses.count("format_error") == 2, statuses
     r = judge(tmp_path / "k", ["heldout.seed=8"])
     assert r.returncode == 2 and "same --config and --set" in r.stderr
+
+
+def test_a_held_out_task_without_a_completion_counts_as_failed(tmp_path):
+    """evaluate_coder: a task the backend returns nothing for (a replay record lacking it) stays
+    in the pass@1 denominator as a failure instead of leaving it."""
+    from kernelzero.eval import Evaluator
+    from kernelzero.teacher import compile_module
+    from kernelzero.train.config_file import load_config, parse_overrides
+    from kernelzero.train.heldout import evaluate_coder, heldout_sets
+    from kernelzero.train.judging import Judge, VerdictCache
+    from kernelzero.train.loop import EXAMPLE_TASKS
+
+    cfg = load_config("coder-gpu", parse_overrides(["heldout.family=2", "heldout.ood_long=0", "heldout.ood_pairs=0",
+                                                    "heldout.handwritten=false", "eval.max_workers=1"]))
+    sets = heldout_sets(cfg, EXAMPLE_TASKS)
+    t = sets["in_family"][0]
+    record = tmp_path / "c.jsonl"
+    record.write_text(json.dumps({"task": t.key, "completion": "```python\n" + compile_module(t.source).kernel_source + "```"}) + "\n")
+    with Evaluator(cfg.eval_config()) as ev:
+        result = evaluate_coder(cfg, f"replay:{record}", sets, Judge(ev, VerdictCache(tmp_path / "v.jsonl")), {"round": 0})
+    fig = result["sets"]["in_family"]
+    assert fig["n_tasks"] == 2 and fig["pass@1"]["value"] == pytest.approx(0.5)
+    assert [r["status"] for r in fig["outcomes"]["greedy"]] == ["correct", "format_error"]

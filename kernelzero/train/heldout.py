@@ -96,6 +96,9 @@ def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], ju
                 seed=seed))
             took = time.perf_counter() - t0
             t_gen += took
+            # a task the backend wrote nothing for (a replay record without it) is judged as an
+            # empty answer, so it stays in the pass@1 denominator as a failure
+            outs = [cs or [""] for cs in outs]
             pairs = [(t, to_candidate(c)) for t, cs in zip(tasks, outs) for c in cs]
             # A set can take minutes to judge (on cuda each kernel is built in its own process).
             log(f"  held-out {name} ({label}): {len(pairs)} kernels written in {took:.0f} s; judging them")
