@@ -38,20 +38,18 @@ def _config(args):
 
 
 def sample(args) -> int:
-    from kernelzero.coder.prompts import build_prompt
-    from kernelzero.models import SamplingConfig, load_backend
+    from kernelzero.models import load_backend
+    from kernelzero.train.heldout import sample_tasks
 
     cfg, sets = _config(args)
     backend = load_backend(f"hf:{args.model}", device=args.device)
-    pc = cfg.coder.prompt_config()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     took, tokens = {}, 0
     with open(out, "w") as f:
         for name, tasks in tqdm(sets.items(), desc="held-out sets", unit="set"):
             t0 = time.perf_counter()
-            outs = backend.generate([build_prompt(t, pc) for t in tasks], 1, SamplingConfig(
-                temperature=0.0, top_p=1.0, max_new_tokens=cfg.coder.max_completion_tokens, seed=cfg.seed))
+            outs = sample_tasks(cfg, backend, tasks, 1, 0.0, cfg.seed)  # greedy, as round 0 samples
             took[name] = round(time.perf_counter() - t0, 1)
             for t, cs in zip(tasks, outs):
                 for c in cs:
@@ -73,7 +71,8 @@ def judge(args) -> int:
     known = {t.key for tasks in sets.values() for t in tasks}
     recorded = {json.loads(line)["task"] for line in Path(args.completions).read_text().splitlines() if line.strip()}
     if recorded != known:
-        # a task without a completion would leave the pass@1 denominator: refuse, as for strangers
+        # a missing task means a cut-off sample half or other sets: it would be scored as a
+        # failure (evaluate_coder), which would misstate the Coder, so refuse instead
         print(f"judge: the record holds {len(recorded - known)} tasks not in these held-out sets and "
               f"lacks {len(known - recorded)} of their {len(known)}: pass the same --config and --set "
               "as the sample half, and let it finish", file=sys.stderr)

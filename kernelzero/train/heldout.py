@@ -65,24 +65,35 @@ def _split_by_constants(records: list[dict], seed: int) -> dict:
     return out
 
 
+def sample_tasks(cfg: TrainConfig, backend, tasks: list, n: int, temperature: float,
+                 seed: int) -> list[list[str]]:
+    """`n` completions a task in the Coder's prompt style and length cap. A task the backend
+    wrote nothing for (a replay record without it) gets one empty answer, so it is judged and
+    stays in the pass@1 denominator as a failure."""
+    from kernelzero.coder.prompts import build_prompt
+    from kernelzero.models import SamplingConfig
+
+    pc = cfg.coder.prompt_config()
+    outs = backend.generate([build_prompt(t, pc) for t in tasks], n, SamplingConfig(
+        temperature=temperature, top_p=1.0, max_new_tokens=cfg.coder.max_completion_tokens, seed=seed))
+    return [cs or [""] for cs in outs]
+
+
 def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], judge, context: dict,
                    log=print) -> dict:
     """Sample, judge and summarise every set; returns {"sets": {name: figures}, "timings_s"}.
     Each set's figures keep every task's outcome under `outcomes` (greedy, sampled): a task
     whose pair was judged before has no new verdict record, but it has its outcome here."""
-    from kernelzero.coder.prompts import build_prompt
     from kernelzero.metrics import summarize
-    from kernelzero.models import SamplingConfig
     from kernelzero.coder.extract import to_candidate
     from kernelzero.train.proposer_tools import coder_backend
 
-    ho, pc = cfg.heldout, cfg.coder.prompt_config()
+    ho = cfg.heldout
     seed = cfg.seed + 1000 * context.get("round", 0)
     backend = coder_backend(cfg, coder_model)
     t_gen = t_judge = 0.0
     figures: dict = {}
     for name, tasks in sets.items():
-        prompts = [build_prompt(t, pc) for t in tasks]
         fig: dict = {"n_tasks": len(tasks)}
         runs = []
         if ho.greedy:
@@ -91,14 +102,9 @@ def evaluate_coder(cfg: TrainConfig, coder_model: str, sets: dict[str, list], ju
             runs.append(("sampled", ho.samples, cfg.coder.temperature))
         for label, n, temperature in runs:
             t0 = time.perf_counter()
-            outs = backend.generate(prompts, n, SamplingConfig(
-                temperature=temperature, top_p=1.0, max_new_tokens=cfg.coder.max_completion_tokens,
-                seed=seed))
+            outs = sample_tasks(cfg, backend, tasks, n, temperature, seed)
             took = time.perf_counter() - t0
             t_gen += took
-            # a task the backend wrote nothing for (a replay record without it) is judged as an
-            # empty answer, so it stays in the pass@1 denominator as a failure
-            outs = [cs or [""] for cs in outs]
             pairs = [(t, to_candidate(c)) for t, cs in zip(tasks, outs) for c in cs]
             # A set can take minutes to judge (on cuda each kernel is built in its own process).
             log(f"  held-out {name} ({label}): {len(pairs)} kernels written in {took:.0f} s; judging them")
