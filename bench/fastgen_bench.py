@@ -22,6 +22,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=int, default=512, help="sequences sampled at once")
     ap.add_argument("--new", type=int, default=256, help="new tokens per sequence")
     ap.add_argument("--hf-rows", type=int, default=0, help="rows for generate (default: --rows)")
+    ap.add_argument("--cache", type=int, default=0,
+                    help="KV-cache slots per row (default: prompt + --new; a rollout sizes it for "
+                         "the longest completion allowed, e.g. 1280 new tokens)")
     ap.add_argument("--out", default="fastgen.json")
     args = ap.parse_args(argv)
 
@@ -50,7 +53,8 @@ def main(argv=None) -> int:
                    for ch in chats]
         rows = [prompts[i % len(prompts)] for i in range(args.rows)]
         longest = max(map(len, rows))
-        gen = FastGenerator(model, FastGenConfig(max_batch=args.rows, max_len=longest + args.new))
+        gen = FastGenerator(model, FastGenConfig(max_batch=args.rows,
+                                                 max_len=max(args.cache, longest + args.new)))
         no_eos = [-1]  # no row may stop early: every row decodes --new tokens
         gen.generate(rows, 16, temperature=1.0, eos_token_ids=no_eos, pad_token_id=tok.pad_token_id, seed=0)
         if device == "cuda":

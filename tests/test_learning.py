@@ -90,6 +90,9 @@ def test_fast_sampler_is_seeded_and_top_p_narrows_to_greedy(lively_model):
     assert a == b and a != c
     greedy = gen.generate(PROMPTS, 20, temperature=0, **kw)
     assert gen.generate(PROMPTS, 20, temperature=1.0, top_p=1e-6, seed=9, **kw) == greedy
+    # top_p = 1 skips the nucleus sort; it draws what a nucleus that keeps every token draws
+    everything = gen.generate(PROMPTS * 2, 20, temperature=1.0, top_p=1.0 - 1e-7, seed=5, **kw)
+    assert everything == a
 
 
 def test_fast_sampler_follows_the_weights_after_refresh(lively_model):
