@@ -198,6 +198,20 @@ def write_report(summary: dict, out_dir: str | Path,
     return files
 
 
+def render_heldout_change(change: dict) -> str:
+    """summary.json's `heldout_change`: each set's greedy pass@1 after the last round minus before
+    RL, paired by task, with its CI, and how many tasks were gained and lost."""
+    lines = []
+    for name, c in (change or {}).items():
+        if c.get("delta") is None:
+            continue
+        holds = "above 0" if c["lo"] > 0 else "below 0" if c["hi"] < 0 else "includes 0"
+        lines.append(f"{name}: round {c['to_round']} - round 0 = {100 * c['delta']:+.1f} points "
+                     f"[{100 * c['lo']:+.1f}, {100 * c['hi']:+.1f}] (95% CI, paired by task; {holds}); "
+                     f"{c['gained']} tasks gained, {c['lost']} lost of {c['n_tasks']}")
+    return "".join(line + "\n" for line in lines)
+
+
 def render_heldout(heldout: list[dict]) -> str:
     """A training run's held-out greedy pass@1 (summary.json's `heldout`): one row per round
     (round 0 is before RL), one column per set, each with its bootstrap CI."""

@@ -180,3 +180,30 @@ def test_bootstrap_chunking_does_not_change_the_answer(monkeypatch):
     whole = summarize(recs, n_boot=300, seed=7)
     monkeypatch.setattr(metrics, "_BOOT_CHUNK_CELLS", 30 * 7)  # 7 resamples per chunk
     assert summarize(recs, n_boot=300, seed=7) == whole
+
+
+# -- paired differences -------------------------------------------------------------------------
+
+def test_paired_difference_counts_gains_and_losses_over_common_tasks():
+    before = {"a": 0, "b": 0, "c": 1, "d": 1, "only_before": 1}
+    after = {"a": 1, "b": 1, "c": 1, "d": 0, "only_after": 0}
+    d = metrics.paired_difference(before, after, n_boot=500)
+    assert d["n_tasks"] == 4 and d["gained"] == 2 and d["lost"] == 1
+    assert d["delta"] == pytest.approx(0.25)
+    assert d["lo"] <= d["delta"] <= d["hi"]
+    assert metrics.paired_difference({}, after)["delta"] is None
+
+
+def test_paired_ci_excludes_zero_where_two_marginal_cis_overlap():
+    """60 tasks, half solved before; after, 6 more solved and none lost. Resampling tasks for both
+    rounds together keeps the CI above 0; two marginal CIs (about +-13 points each) overlap."""
+    before = {f"t{i}": float(i % 2) for i in range(60)}
+    after = {t: 1.0 if (v or i < 12) else 0.0 for i, (t, v) in enumerate(before.items())}
+    d = metrics.paired_difference(before, after, n_boot=2000, seed=0)
+    assert d["gained"] == 6 and d["lost"] == 0 and d["delta"] == pytest.approx(0.1)
+    assert d["lo"] > 0
+    sb = summarize([rec(t, bool(v)) for t, v in before.items()], ks=[1], n_boot=2000)["pass_at_k"]["1"]
+    sa = summarize([rec(t, bool(v)) for t, v in after.items()], ks=[1], n_boot=2000)["pass_at_k"]["1"]
+    assert sa["lo"] < sb["hi"]
+    flipped = metrics.paired_difference(after, before, n_boot=2000, seed=0)
+    assert flipped["delta"] == pytest.approx(-0.1) and flipped["hi"] < 0

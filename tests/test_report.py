@@ -158,3 +158,28 @@ def test_report_is_registered_in_the_cli(tmp_path, monkeypatch, capsys):
     assert main(["report", "--json", "--boot", "10"]) == 0
     assert json.loads(capsys.readouterr().out)["run"] == "only"
     assert main(["report", "--db", "nope.db"]) == 2
+
+
+def test_training_run_change_since_round_0_is_paired_and_printed(tmp_path):
+    """summary.json's heldout_change: the last round's greedy outcomes minus round 0's, task by
+    task, read from each round's outcomes.jsonl; sampled outcomes and other rounds do not count."""
+    from kernelzero.report import render_heldout_change
+    from kernelzero.train.heldout import change_since_start
+
+    def write(r, correct, sampled=()):
+        d = tmp_path / f"round_{r}" / "in_family"
+        d.mkdir(parents=True)
+        rows = [{"sampling": "greedy", "task": f"t{i}", "correct": c} for i, c in enumerate(correct)]
+        rows += [{"sampling": "sampled", "task": f"t{i}", "correct": c} for i, c in enumerate(sampled)]
+        (d / "outcomes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+
+    write(0, [False] * 8 + [True] * 2, sampled=[True] * 10)
+    write(1, [False] * 10)
+    write(2, [True] * 3 + [False] * 5 + [True, False])
+    assert change_since_start(tmp_path, 0) == {}
+    c = change_since_start(tmp_path, 2)["in_family"]
+    assert (c["from_round"], c["to_round"], c["n_tasks"], c["gained"], c["lost"]) == (0, 2, 10, 3, 1)
+    assert c["delta"] == pytest.approx(0.2)
+    line = render_heldout_change({"in_family": c})
+    assert line.startswith("in_family: round 2 - round 0 = +20.0 points [")
+    assert "paired by task" in line and "3 tasks gained, 1 lost of 10" in line

@@ -188,3 +188,35 @@ def test_prompts_over_the_limit_are_left_out_not_cut(tiny_model):
     kept = fit_prompts(rows, tok, lengths[1])
     assert [r["task_id"] for r in kept] == ["5", "50"]
     assert fit_prompts(rows, tok, lengths[0] - 1) == []
+
+
+def test_updates_per_rollout_reuses_one_judged_batch_for_several_steps(tiny_model, tmp_path):
+    """coder.updates_per_rollout = 2 (GRPO's mu): two optimizer steps, one batch of rollouts
+    judged; both steps move the weights."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+    ds = Dataset.from_list([{"prompt": [{"role": "user", "content": f"task {i}"}], "task_id": f"t{i}"}
+                            for i in range(4)])
+    ca = CAGRPOConfig(group_size=4, prompts_per_step=2, learning_rate=1e-2, updates_per_rollout=2)
+    args = grpo_args(str(tmp_path / "out"), group_size=4, prompts_per_step=2, max_steps=2,
+                     learning_rate=1e-2, loss_type="grpo", kl_coef=0.0, max_completion_tokens=16,
+                     temperature=1.0, seed=0, updates_per_rollout=ca.updates_per_rollout)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    snapshots = []
+
+    class Snap(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kw):
+            snapshots.append({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = CAGRPOTrainer(model=model, reward=LengthReward(), ca=ca, args=args, train_dataset=ds,
+                            processing_class=AutoTokenizer.from_pretrained(tiny_model), callbacks=[Snap()])
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert len(trainer.reward_history) == 1, "the second step should reuse the first step's rollouts"
+    assert len(snapshots) == 2
+    for prev, now in ((before, snapshots[0]), (snapshots[0], snapshots[1])):
+        assert any(not torch.equal(prev[n], now[n]) for n in now), "an optimizer step moved nothing"
+    with pytest.raises(ValueError, match="updates_per_rollout"):
+        CAGRPOConfig(updates_per_rollout=0)

@@ -75,6 +75,11 @@ def test_tiny_cpu_kill_and_resume(tmp_path):
     # held-out before RL (round 0) and after each round, in summary.json; reports for both
     # rounds, plots, TensorBoard events
     assert [h["round"] for h in resumed["heldout"]] == [h["round"] for h in summary["heldout"]] == [0, 1, 2]
+    # the last round's change over round 0, paired by task, for every held-out set
+    for s in (resumed, summary):
+        assert set(s["heldout_change"]) == set(s["heldout"][0]["sets"])
+        for c in s["heldout_change"].values():
+            assert (c["from_round"], c["to_round"]) == (0, 2) and c["lo"] <= c["delta"] <= c["hi"]
     for d in (cut_dir, full_dir):
         assert json.loads((d / "summary.json").read_text())["heldout"][0]["round"] == 0
         assert (d / "reports" / "heldout.png").exists()

@@ -81,7 +81,7 @@ def _safe_dir_name(run: str) -> str:
 def run_training(args: argparse.Namespace) -> int:
     """A training run's summary.json: the held-out table (and the plot's path)."""
     from kernelzero.cli import UsageError
-    from kernelzero.report import render_heldout
+    from kernelzero.report import render_heldout, render_heldout_change
 
     path = Path(args.train) / "summary.json"
     if not path.is_file():
@@ -90,11 +90,13 @@ def run_training(args: argparse.Namespace) -> int:
     summary = json.loads(path.read_text())
     if args.json:
         print(json.dumps({k: summary.get(k) for k in ("out", "coder_model", "cold_start", "heldout",
-                                                       "frontier_band_share", "steps", "wall_s")}))
+                                                       "heldout_change", "frontier_band_share", "steps",
+                                                       "wall_s")}))
         return 0
     print(f"training run {args.train} (Coder: {summary.get('coder_model')}, {summary.get('steps')} "
           f"RL steps, {summary.get('wall_s', 0):.0f} s)")
     print(render_heldout(summary.get("heldout") or []), end="")
+    print(render_heldout_change(summary.get("heldout_change")), end="")
     shares = [s for s in summary.get("frontier_band_share") or [] if s.get("share") is not None]
     if shares:
         print("Proposer modules in the frontier band: " + ", ".join(

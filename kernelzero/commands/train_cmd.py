@@ -99,9 +99,10 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        from kernelzero.report import render_heldout
+        from kernelzero.report import render_heldout, render_heldout_change
         print("held-out greedy pass@1 (95% CI):")
         print(render_heldout(summary.get("heldout") or []), end="")
+        print(render_heldout_change(summary.get("heldout_change")), end="")
         print(f"done: {summary['steps']} steps over {len(summary['phases'])} phases, "
               f"{summary['verdicts']} verdicts, pool {summary['pool']}, "
               f"{summary['wall_s']:.0f} s; reports in {out}/reports")

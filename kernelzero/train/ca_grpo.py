@@ -144,11 +144,13 @@ def grpo_args(out_dir: str, *, group_size: int, prompts_per_step: int, max_steps
               temperature: float, seed: int, num_processes: int = 1, bf16: bool = False,
               gradient_checkpointing: bool = False, use_vllm: bool = False,
               vllm_mode: str = "colocate", report_to: list[str] | None = None,
-              logging_dir: str | None = None) -> GRPOConfig:
+              logging_dir: str | None = None, updates_per_rollout: int = 1) -> GRPOConfig:
     """TRL GRPOConfig for one phase: one generation batch per optimizer step, whole groups.
 
     The global batch is prompts_per_step * group_size completions, split evenly over processes
     (a group may straddle processes; the gate does not care, see the module docstring).
+    `updates_per_rollout` > 1 reuses each batch of judged rollouts for that many optimizer steps
+    (TRL's num_iterations, GRPO's mu, with its clipped ratio); max_steps counts optimizer steps.
     """
     total = prompts_per_step * group_size
     if total % num_processes:
@@ -162,7 +164,7 @@ def grpo_args(out_dir: str, *, group_size: int, prompts_per_step: int, max_steps
         logging_steps=1, save_strategy="no", report_to=report_to or [], bf16=bf16,
         **checkpointing(GRPOConfig, gradient_checkpointing), use_vllm=use_vllm, vllm_mode=vllm_mode,
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True, shuffle_dataset=True,
-        dataloader_num_workers=0, lr_scheduler_type="constant",
+        dataloader_num_workers=0, lr_scheduler_type="constant", num_iterations=updates_per_rollout,
     )
     if logging_dir:
         kw["logging_dir"] = logging_dir
@@ -217,7 +219,7 @@ def run_coder_phase(cfg: TrainConfig, model_path: str, tasks: list[Task], judge:
                      kl_coef=ca.kl_coef, max_completion_tokens=ca.max_completion_tokens,
                      temperature=ca.temperature, seed=seed, num_processes=num_processes, bf16=cfg.bf16,
                      gradient_checkpointing=cfg.gradient_checkpointing, use_vllm=cfg.use_vllm,
-                     vllm_mode=cfg.vllm_mode)
+                     vllm_mode=cfg.vllm_mode, updates_per_rollout=ca.updates_per_rollout)
     tok = AutoTokenizer.from_pretrained(model_path)
     rows = fit_prompts(coder_rows(list(by_id.values()), ca.prompt_config()), tok, ca.max_prompt_tokens)
     if not rows:

@@ -36,6 +36,9 @@ class CAGRPOConfig:
         when the phase has fewer tasks).
     loss_type: TRL loss aggregation (`grpo`, `dr_grpo`, `dapo`, ...).
     learning_rate: AdamW learning rate.
+    updates_per_rollout: optimizer steps on each batch of judged rollouts (GRPO's mu, TRL's
+        num_iterations; > 1 trains more per generated and judged kernel, the costly part on a
+        CPU). coder_steps counts optimizer steps, so a phase samples coder_steps / mu batches.
     kl_coef: KL penalty to the reference model (TRL's `beta`; 0 loads no reference model).
     max_prompt_tokens: tasks whose prompt is longer are left out of the phase (TRL 1.16 does not
         truncate prompts, and a cut reference module would be a different task).
@@ -55,6 +58,7 @@ class CAGRPOConfig:
     prompts_per_step: int = 4
     loss_type: str = "grpo"
     learning_rate: float = 1e-6
+    updates_per_rollout: int = 1
     kl_coef: float = 0.0
     max_prompt_tokens: int = 2048
     max_completion_tokens: int = 2048
@@ -78,6 +82,9 @@ class CAGRPOConfig:
             raise ValueError(f"coder.speed_transform={self.speed_transform!r}: choose one of {SPEED_TRANSFORMS}")
         if self.group_size < 2:
             raise ValueError(f"coder.group_size={self.group_size}: GRPO needs at least 2 samples per group")
+        if self.updates_per_rollout < 1:
+            raise ValueError(f"coder.updates_per_rollout={self.updates_per_rollout}: at least 1 optimizer "
+                             "step per batch of rollouts")
         _check_common(self, "coder")
         if self.backend not in ("triton", "cuda"):
             raise ValueError(f"coder.backend={self.backend!r}: choose triton or cuda")
@@ -262,9 +269,11 @@ class TrainConfig:
         held-out evaluation of round 0).
     proposer_steps / coder_steps: N_P / N_C optimizer steps per phase.
     seed_tasks: tasks the Coder trains on besides the pool: a task directory, `family:N` (N
-        training modules of the op family, never a held-out one), or None (the package's
-        example tasks);
-        keeps the Coder phase fed while the pool is still empty.
+        training modules of the op family as cold_start.family draws them, never a held-out one),
+        `family:N:ops=A-B` (the same with chains of A to B ops), several of those joined by
+        commas (e.g. `family:200:ops=4-4,family:100:ops=1-3`: the frontier plus modules the Coder
+        already solves, which GRPO trains on only once its samples of them start failing), or None
+        (the package's example tasks); keeps the Coder phase fed while the pool is still empty.
     seed: seed of every RNG (torch, numpy, python); restored from checkpoints on resume.
     device: `cpu`, `cuda` or `auto` (cuda when there is one) for the policy models (the
         evaluator's device is eval.device).
@@ -325,6 +334,8 @@ class TrainConfig:
         if self.rounds < 0 or self.proposer_steps < 0 or self.coder_steps < 0:
             raise ValueError("rounds, proposer_steps and coder_steps must be >= 0 (rounds: 0 runs "
                              "only the cold start and the held-out evaluation)")
+        if self.seed_tasks is not None:
+            seed_task_specs(self.seed_tasks)  # a malformed spec fails here, not mid-run
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"torch_threads={self.torch_threads}: must be >= 1 (or null for torch's default)")
         if self.device == "auto":
@@ -391,3 +402,35 @@ def _check_common(cfg, section: str) -> None:
         raise ValueError(f"{section}: token limits must be >= 1")
     if cfg.temperature <= 0:
         raise ValueError(f"{section}.temperature must be positive")
+
+
+def seed_task_specs(spec: str) -> list[tuple[str, int, dict]]:
+    """`seed_tasks` read into (kind, n, family overrides) items: ("family", N, {"min_ops": A,
+    "max_ops": B} or {}) per `family:N[:ops=A-B]`, ("dir", 0, {}) for anything else (a task
+    directory, kept whole in the first item's place)."""
+    items = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part.startswith("family:"):
+            if "," in spec:
+                raise ValueError(f"seed_tasks={spec!r}: only family:N items join with commas")
+            return [("dir", 0, {})]
+        bits = part.split(":")
+        try:
+            n = int(bits[1])
+            over = {}
+            for opt in bits[2:]:
+                key, _, val = opt.partition("=")
+                if key != "ops":
+                    raise ValueError(key)
+                lo, _, hi = val.partition("-")
+                over = {"min_ops": int(lo), "max_ops": int(hi or lo)}
+                if not 1 <= over["min_ops"] <= over["max_ops"]:
+                    raise ValueError(val)
+            if n < 0:
+                raise ValueError(n)
+        except (IndexError, ValueError):
+            raise ValueError(f"seed_tasks item {part!r}: write family:N or family:N:ops=A-B "
+                             "(N >= 0 modules, chains of A to B ops, 1 <= A <= B)") from None
+        items.append(("family", n, over))
+    return items
+

@@ -150,3 +150,31 @@ def headline(result: dict, round_idx: int) -> dict:
                             "fast_1": value(f.get("fast_1")), "n_tasks": f["n_tasks"],
                             "by_constants": {k: value(v["pass@1"]) for k, v in f.get("by_constants", {}).items()}}
                      for name, f in sets.items()}}
+
+
+def greedy_outcomes(set_dir: Path) -> dict[str, float]:
+    """task -> 1.0 / 0.0: the greedy outcome of each task in one set's outcomes.jsonl."""
+    import json
+
+    path = Path(set_dir) / "outcomes.jsonl"
+    if not path.exists():
+        return {}
+    rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
+    return {r["task"]: float(bool(r["correct"])) for r in rows if r.get("sampling") == "greedy"}
+
+
+def change_since_start(reports: Path, last_round: int, seed: int = 0) -> dict:
+    """Per held-out set: greedy pass@1 after round `last_round` minus before RL (round 0), paired
+    by task, with its bootstrap CI (kernelzero.metrics.paired_difference); {} before any round."""
+    from kernelzero.metrics import paired_difference
+
+    if last_round < 1:
+        return {}
+    out = {}
+    for set_dir in sorted(p for p in (Path(reports) / "round_0").glob("*") if p.is_dir()):
+        before = greedy_outcomes(set_dir)
+        after = greedy_outcomes(Path(reports) / f"round_{last_round}" / set_dir.name)
+        if before and after:
+            out[set_dir.name] = {"from_round": 0, "to_round": last_round,
+                                 **paired_difference(before, after, seed=seed)}
+    return out

@@ -123,9 +123,13 @@ class Loop:
         if spec and spec.startswith("family:"):
             from kernelzero.family import FamilyConfig
             from kernelzero.family.holdout import training_modules
-            mods = training_modules(int(spec.split(":", 1)[1]), seed=self.cfg.seed + 17,
-                                    config=FamilyConfig(**self.cfg.cold_start.family))
-            tasks = [Task(source=m.source, name=f"seed_{i}_{m.name}", meta=m.meta) for i, m in enumerate(mods)]
+            from kernelzero.train.config import seed_task_specs
+            tasks = []
+            for k, (_, n, over) in enumerate(seed_task_specs(spec)):  # each item a stream of its own
+                mods = training_modules(n, seed=self.cfg.seed + 17 + 1000 * k,
+                                        config=FamilyConfig(**{**self.cfg.cold_start.family, **over}))
+                tasks += [Task(source=m.source, name=f"seed_{len(tasks) + i}_{m.name}", meta=m.meta)
+                          for i, m in enumerate(mods)]
         else:
             tasks = load_tasks(spec or EXAMPLE_TASKS)
         return [t for t in tasks if t.hash not in held]
@@ -172,6 +176,9 @@ class Loop:
                    "cold_start": self.state.cold_start or None, "heldout": self.state.heldout,
                    "frontier_band_share": self._band_shares(), "wall_s": time.perf_counter() - t0}
         if self.rank == 0:
+            from kernelzero.train.heldout import change_since_start
+            last = max((h["round"] for h in self.state.heldout), default=0)
+            summary["heldout_change"] = change_since_start(self.out / "reports", last, self.cfg.seed)
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
             plot_heldout(self.out / "reports", self.state.heldout)
         return summary
