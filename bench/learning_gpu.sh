@@ -6,6 +6,9 @@
 #   bash bench/learning_gpu.sh coder-stage OUT  # one more SFT stage of a trained Coder, then kb-bench
 #                                               # (KZ_SKIP_KB=1: without it)
 #   bash bench/learning_gpu.sh data OUT     # more verified rows, judged on the host's CPU cores
+#   bash bench/learning_gpu.sh rl OUT       # the main job's CA-GRPO (tiny-cpu) at GPU scale: the
+#                                           # Coder on the card, kernels judged on the host's CPU
+#                                           # cores; one run per seed in KZ_SEEDS (default "0 1 2")
 # Needs: the verified distillation rows gzipped (KZ_DATA; default data/family-train.jsonl.gz, the
 # rows committed with the repository, else .data/family-train.jsonl.gz; made on any
 # machine by `kernelzero distill --teacher compiler ...` or a coder-cpu run's cold start, whose
@@ -149,6 +152,21 @@ EOF
   cp "$M/kernelzero_model.json" /tmp/stage-model/ 2>/dev/null
   tar --exclude="*.pt" --exclude=training_args.bin --exclude="checkpoint-*" -C /tmp -czf "$OUT/coder-stage-model.tgz" stage-model
   [ -n "${KZ_SKIP_KB:-}" ] || kb_bench hf:/tmp/stage-model kb-l1-stage
+  ;;
+rl)
+  # tiny-cpu's recipe with 4 rounds and 4x the rollouts a step: the Coder samples and trains on the
+  # card; its kernels are judged by the CPU evaluator on the host's cores (this image's Triton 3.6
+  # interpreter fails rowwise and matmul kernels that pass under 3.9, so elementwise chains only:
+  # KZ_RL_SETS adds or replaces settings). Each seed has its own limit (KZ_RL_LIMIT_S).
+  for seed in ${KZ_SEEDS:-0 1 2}; do
+    timeout --signal=INT --kill-after=20 "${KZ_RL_LIMIT_S:-170}" python3 -m kernelzero train --config tiny-cpu \
+      --out "$OUT/rl-seed$seed" --set seed=$seed --set device=cuda --set torch_threads=null --set rounds=4 \
+      --set coder_steps=${KZ_RL_STEPS:-16} --set coder.prompts_per_step=8 --set seed_tasks=family:2000 \
+      --set 'cold_start.family.kinds=[elementwise]' --set heldout.family=100 --set heldout.ood_long=100 \
+      --set eval.max_workers=${KZ_RL_WORKERS:-14} ${KZ_RL_SETS:-} > "$OUT/rl-seed$seed.log" 2>&1
+    echo "rl seed $seed rc=$?"; tail -n 12 "$OUT/rl-seed$seed.log"
+    rm -rf "$OUT/rl-seed$seed/ckpt" "$OUT/rl-seed$seed/tb"  # weights and optimizer: not returned
+  done
   ;;
 kb-bench)
   # A trained Coder (KZ_MODEL: default the shipped one) on the same problems, without training.

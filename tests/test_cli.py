@@ -231,7 +231,8 @@ def test_the_main_job_prints_no_progress_bars_or_future_warnings(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.startswith("held-out evaluation, round 0 (before RL)"), r.stdout[:500]
     for line in ("round 1/1: proposer phase", "  proposer: ", "round 1/1: coder phase", "  coder: ",
-                 "held-out evaluation, round 1 (after RL)", "held-out greedy pass@1", "done:"):
+                 "held-out evaluation, round 1 (after RL)", "held-out greedy pass@1",
+                 "in_family: round 1 - round 0 = ", "(95% CI, paired by task", "done:"):
         assert line in r.stdout, line
     for noise in ("Loading weights", "Writing model shards", "it/s]", "FutureWarning",
                   "Traceback"):

@@ -15,7 +15,7 @@ def test_paper_defaults():
 def test_presets_load():
     assert {"tiny-cpu", "plumbing-cpu", "single-h200"} <= set(preset_names())
     tiny = load_config("tiny-cpu")
-    assert tiny.device == "cpu" and tiny.coder.group_size == 4
+    assert tiny.device == "cpu" and tiny.coder.group_size == 8 and tiny.coder.updates_per_rollout == 2
     assert load_config("single-h200").eval_config().device == "cuda"
 
 
@@ -202,3 +202,25 @@ def test_set_overrides_nest_and_malformed_ones_are_usage_errors():
     with pytest.raises(ValueError, match="'rounds' is not a section"):
         parse_overrides(["rounds=1", "rounds.x=2"])
     assert main(["train", "--config", "tiny-cpu", "--set", "rounds"]) == 2
+
+
+def test_seed_tasks_join_family_draws_of_other_chain_lengths(tmp_path):
+    """`family:N:ops=A-B` items joined by commas: each draws its own modules with its chain
+    lengths (the first item's draw is the plain `family:N` one), none held out; bad items are
+    named with what to write."""
+    from kernelzero.train.loop import Loop
+
+    def tasks(spec):
+        loop = Loop(load_config("tiny-cpu", {"seed_tasks": spec}), tmp_path / spec.replace(":", "_"))
+        return loop._seed_tasks()
+
+    mixed = tasks("family:12:ops=4-4,family:10:ops=1-2")
+    first, second = mixed[:12], mixed[12:]
+    assert len(mixed) == 22
+    assert [t.hash for t in first] == [t.hash for t in tasks("family:12")]  # tiny-cpu draws 4-op chains
+    assert all(t.meta["chain_length"] == 4 for t in first)
+    assert all(1 <= t.meta["chain_length"] <= 2 for t in second)
+    assert len({t.name for t in mixed}) == 22
+    for bad in ("family:x", "family:3:ops=3-1", "family:3:width=2", "family:3,some/dir"):
+        with pytest.raises(ValueError, match="seed_tasks"):
+            load_config("tiny-cpu", {"seed_tasks": bad})
