@@ -335,6 +335,7 @@ class TrainConfig:
             raise ValueError("rounds, proposer_steps and coder_steps must be >= 0 (rounds: 0 runs "
                              "only the cold start and the held-out evaluation)")
         if self.seed_tasks is not None:
+            from kernelzero.train.seed_tasks import seed_task_specs
             seed_task_specs(self.seed_tasks)  # a malformed spec fails here, not mid-run
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f"torch_threads={self.torch_threads}: must be >= 1 (or null for torch's default)")
@@ -402,35 +403,3 @@ def _check_common(cfg, section: str) -> None:
         raise ValueError(f"{section}: token limits must be >= 1")
     if cfg.temperature <= 0:
         raise ValueError(f"{section}.temperature must be positive")
-
-
-def seed_task_specs(spec: str) -> list[tuple[str, int, dict]]:
-    """`seed_tasks` read into (kind, n, family overrides) items: ("family", N, {"min_ops": A,
-    "max_ops": B} or {}) per `family:N[:ops=A-B]`, ("dir", 0, {}) for anything else (a task
-    directory, kept whole in the first item's place)."""
-    items = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part.startswith("family:"):
-            if "," in spec:
-                raise ValueError(f"seed_tasks={spec!r}: only family:N items join with commas")
-            return [("dir", 0, {})]
-        bits = part.split(":")
-        try:
-            n = int(bits[1])
-            over = {}
-            for opt in bits[2:]:
-                key, _, val = opt.partition("=")
-                if key != "ops":
-                    raise ValueError(key)
-                lo, _, hi = val.partition("-")
-                over = {"min_ops": int(lo), "max_ops": int(hi or lo)}
-                if not 1 <= over["min_ops"] <= over["max_ops"]:
-                    raise ValueError(val)
-            if n < 0:
-                raise ValueError(n)
-        except (IndexError, ValueError):
-            raise ValueError(f"seed_tasks item {part!r}: write family:N or family:N:ops=A-B "
-                             "(N >= 0 modules, chains of A to B ops, 1 <= A <= B)") from None
-        items.append(("family", n, over))
-    return items
-

@@ -111,28 +111,13 @@ class Loop:
         self.state.save(self.out / "state.json") if self.rank == 0 else None
 
     def _seed_tasks(self) -> list:
-        """The tasks the Coder trains on besides the pool, minus any held-out task (by content
-        hash): held out means held out. `seed_tasks: family:N` draws N training modules of the op
-        family (a stream of its own, apart from the cold start's)."""
-        from kernelzero.tasks import Task, load_tasks
+        """The tasks the Coder trains on besides the pool (seed_tasks.py), none held out."""
+        from kernelzero.train.seed_tasks import seed_tasks
         if self._sets is None:
             from kernelzero.train.heldout import heldout_sets
             self._sets = heldout_sets(self.cfg, EXAMPLE_TASKS)
         held = {t.hash for tasks in self._sets.values() for t in tasks}
-        spec = self.cfg.seed_tasks
-        if spec and spec.startswith("family:"):
-            from kernelzero.family import FamilyConfig
-            from kernelzero.family.holdout import training_modules
-            from kernelzero.train.config import seed_task_specs
-            tasks = []
-            for k, (_, n, over) in enumerate(seed_task_specs(spec)):  # each item a stream of its own
-                mods = training_modules(n, seed=self.cfg.seed + 17 + 1000 * k,
-                                        config=FamilyConfig(**{**self.cfg.cold_start.family, **over}))
-                tasks += [Task(source=m.source, name=f"seed_{len(tasks) + i}_{m.name}", meta=m.meta)
-                          for i, m in enumerate(mods)]
-        else:
-            tasks = load_tasks(spec or EXAMPLE_TASKS)
-        return [t for t in tasks if t.hash not in held]
+        return seed_tasks(self.cfg.seed_tasks, self.cfg.cold_start.family, self.cfg.seed, held, EXAMPLE_TASKS)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict:
