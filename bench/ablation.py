@@ -68,14 +68,12 @@ def final_outcomes(run_dir: Path) -> dict[str, dict[str, float]]:
     outcomes the run wrote beside that round's report (reports/round_R/SET/outcomes.jsonl).
     Not from the verdict records: a pair judged in an earlier round (a task whose greedy kernel
     RL left unchanged) is answered from the cache and gets no new record."""
+    from kernelzero.train.heldout import greedy_outcomes
+
     summary = json.loads((run_dir / "summary.json").read_text())
     last = max(h["round"] for h in summary["heldout"])
-    out: dict[str, dict[str, float]] = {}
-    for path in sorted((run_dir / "reports" / f"round_{last}").glob("*/outcomes.jsonl")):
-        for line in path.read_text().splitlines():
-            rec = json.loads(line)
-            if rec["sampling"] == "greedy":
-                out.setdefault(path.parent.name, {})[rec["task"]] = float(rec["correct"])
+    out = {d.name: greedy_outcomes(d) for d in sorted((run_dir / "reports" / f"round_{last}").glob("*"))
+           if (d / "outcomes.jsonl").exists()}
     if not out:
         raise SystemExit(f"{run_dir}: no outcomes.jsonl under reports/round_{last}/ (a run made "
                          "before held-out outcomes were written: run it again)")
@@ -100,6 +98,8 @@ def pooled(results: dict, arm: str) -> dict[str, dict[str, float]]:
 
 
 def tables(results: dict) -> dict:
+    from kernelzero.metrics import paired_difference
+
     arms = [a for a in ARMS if a in results]
     figs: dict = {"arms": {}, "differences": []}
     for arm in arms:
@@ -111,11 +111,10 @@ def tables(results: dict) -> dict:
         if a in results and b in results:
             pa, pb = pooled(results, a), pooled(results, b)
             for s in sorted(set(pa) & set(pb)):
-                common = sorted(set(pa[s]) & set(pb[s]))
-                if common:
-                    d = _bootstrap([pa[s][t] - pb[s][t] for t in common])
-                    figs["differences"].append({"a": a, "b": b, "set": s, "delta": d[0], "lo": d[1],
-                                                "hi": d[2], "n_tasks": len(common)})
+                d = paired_difference(pb[s], pa[s])  # a - b over the tasks both have
+                if d["n_tasks"]:
+                    figs["differences"].append({"a": a, "b": b, "set": s, "delta": d["delta"],
+                                                "lo": d["lo"], "hi": d["hi"], "n_tasks": d["n_tasks"]})
     return figs
 
 
