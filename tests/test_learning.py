@@ -164,24 +164,87 @@ def test_sft_from_zero_moves_the_weights_and_lowers_held_out_loss(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
-def test_time_budget_calibrates_on_a_sample_of_the_rows(tmp_path, monkeypatch):
-    """The calibration run tokenizes only the rows its steps need (all 40K rows twice took minutes
-    of a short GPU slot), and its measured rate sets max_steps."""
-    import kernelzero.train.sft as sft_mod
+def test_time_schedule_follows_the_clock_not_the_steps():
+    from kernelzero.train.time_schedule import TimeSchedule
+
+    now = [100.0]
+    for kind, half in (("linear", 0.5), ("cosine", 0.5), ("constant", 1.0)):
+        s = TimeSchedule(limit_s=10.0, kind=kind, warmup=0.0, clock=lambda: now[0])
+        assert s.factor() == 1.0  # not started: nothing spent
+        s.start()
+        now[0] += 5.0
+        assert s.factor(7) == pytest.approx(half) and s.factor(7000) == pytest.approx(half)
+        now[0] += 5.0
+        assert s.factor() == pytest.approx(0.0 if kind != "constant" else 1.0)
+        now[0] = 100.0
+    s = TimeSchedule(limit_s=10.0, kind="linear", warmup=0.2, clock=lambda: now[0])
+    s.start()
+    now[0] += 1.0
+    assert s.factor() == pytest.approx(0.5)  # half way up the warm-up
+    now[0] += 5.0
+    assert s.factor() == pytest.approx(0.5)  # (6 - 2) / (10 - 2) of the decay left
+
+
+def test_a_time_budget_ends_the_sft_with_its_learning_rate_decayed(tmp_path):
+    """cold_start.time_budget_s: the run trains until the budget is spent (not a step count from
+    a calibration that under- or over-estimates this machine's speed), and its learning rate has
+    decayed to about 0 by then."""
     from kernelzero.models.scratch import ModelPreset, build_model, train_tokenizer
-    from kernelzero.train.cold_start import CALIBRATION_STEPS, _fit_to_budget, corpus
-    from kernelzero.train.sft import SFTRunConfig
+    from kernelzero.train.cold_start import STEP_CAP, corpus, within_budget
+    from kernelzero.train.sft import SFTRunConfig, run_sft
 
     rows = _teacher_rows(48, seed=12)
     tok = train_tokenizer(corpus(rows), vocab_size=800)
     init = build_model(tmp_path / "init", tok, ModelPreset(hidden=32, layers=1, heads=2, kv_heads=1,
                                                            intermediate=64, vocab_size=800))
-    seen, real = [], sft_mod.build_sft_trainer
-    monkeypatch.setattr(sft_mod, "build_sft_trainer", lambda m, data, *a, **k: seen.append(len(data)) or real(m, data, *a, **k))
-    cfg = _fit_to_budget(SFTRunConfig(max_steps=5, batch_size=1, max_length=2048), str(init), rows, 20.0,
-                         tmp_path, log=lambda *_: None)
-    assert seen == [CALIBRATION_STEPS] and len(rows) > CALIBRATION_STEPS
-    assert cfg.max_steps > CALIBRATION_STEPS
+    peak, budget = 1e-3, 6.0
+    cfg = within_budget(SFTRunConfig(max_steps=5, batch_size=2, learning_rate=peak, lr_scheduler="linear",
+                                     warmup_ratio=0.1, max_length=2048), budget)
+    res = run_sft(str(init), rows, tmp_path / "out", cfg)
+    assert res["schedule_by_time"] and 5 < res["steps"] < STEP_CAP
+    assert budget <= res["wall_s"] < budget + 5.0
+    lrs = [p["lr"] for p in res["loss_curve"]]
+    assert max(lrs) > 0.6 * peak  # it trained near its peak on the way
+    assert lrs[-1] < 0.15 * peak  # and ended with the time, decayed
+
+
+def test_length_batches_cover_every_row_once_with_little_padding_in_random_order():
+    import random
+
+    from kernelzero.train.length_batches import LengthBatches
+
+    lengths = [random.Random(i).randint(300, 1600) for i in range(1000)]
+    sampler = LengthBatches(lengths, batch_size=16, seed=0, pool_batches=8)
+    first, second = list(sampler), list(sampler)
+    assert sorted(first) == list(range(1000)) and first != second  # each epoch its own order
+    batches = [first[i:i + 16] for i in range(0, 1000, 16)]
+    real = sum(lengths)
+    padded = sum(max(lengths[j] for j in b) * len(b) for b in batches)
+    assert real / padded > 0.9
+    # not sorted within each pool (an order the model would otherwise cycle through)
+    longest = [max(lengths[j] for j in b) for b in batches[:-1]]
+    pairs = list(zip(longest, longest[1:]))
+    assert sum(a > b for a, b in pairs) < 0.75 * len(pairs) and sum(a < b for a, b in pairs) < 0.75 * len(pairs)
+
+
+def test_sft_with_length_batches_pads_less(tmp_path):
+    from kernelzero.models.scratch import ModelPreset, build_model, train_tokenizer
+    from kernelzero.train.cold_start import corpus
+    from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
+
+    rows = _teacher_rows(48, seed=13)
+    tok = train_tokenizer(corpus(rows), vocab_size=800)
+    init = build_model(tmp_path / "init", tok, ModelPreset(hidden=32, layers=1, heads=2, kv_heads=1,
+                                                           intermediate=64, vocab_size=800))
+
+    def padding(grouped: bool) -> float:
+        cfg = SFTRunConfig(max_steps=2, batch_size=4, max_length=2048, length_batches=grouped)
+        loader = build_sft_trainer(str(init), rows, tmp_path / f"o{grouped}", cfg).get_train_dataloader()
+        masks = [b["attention_mask"] for b in loader]
+        return sum(float((m == 0).sum()) for m in masks) / sum(m.numel() for m in masks)
+
+    grouped, plain = padding(True), padding(False)
+    assert grouped < 0.5 * plain, (grouped, plain)
 
 
 # ------------------------------------------------------------------ the shipped Coder
@@ -227,9 +290,17 @@ def test_generate_without_a_model_uses_the_shipped_coder(tmp_path, capsys, monke
 
 
 # ------------------------------------------------------------------ the cold start in the loop
-def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path):
+def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path, monkeypatch):
+    import kernelzero.eval.pools as pools
     from kernelzero.train.config_file import from_dict
     from kernelzero.train.loop import Loop
+
+    # the judge's spare workers start after the cold start, not beside its SFT (on cuda each
+    # holds a CUDA context: GPU memory the SFT needs)
+    warmed_after_cold_start = []
+    real_warm_up = pools.warm_up_in_background
+    monkeypatch.setattr(pools, "warm_up_in_background", lambda ev: warmed_after_cold_start.append(
+        (tmp_path / "run" / "cold_start" / "cold_start.json").exists()) or real_warm_up(ev))
 
     cfg = from_dict({
         "name": "cold", "coder_model": "scratch", "proposer_model": "tiny", "tiny_size": [32, 1],
@@ -242,6 +313,7 @@ def test_scratch_coder_is_made_then_evaluated_before_rl(tmp_path):
         "eval": {"device": "cpu", "max_workers": 2, "correctness_trials": 2, "hardening_trials": False},
     })
     summary = Loop(cfg, tmp_path / "run", log=lambda *_: None).run()
+    assert warmed_after_cold_start == [True]
     cs = summary["cold_start"]
     assert cs["distill"]["judged"] == 6 and cs["distill"]["kept"] == cs["data"]["rows"] >= 5
     assert cs["sft"]["steps"] == 3 and cs["sft"]["eval_loss_after"] is not None

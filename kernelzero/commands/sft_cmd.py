@@ -30,6 +30,11 @@ def register(sub) -> None:
                         "in the loss (kernelzero/train/copy_loss.py; 1: the plain loss)")
     p.add_argument("--time-limit-s", type=float, default=0.0,
                    help="stop after this many seconds of training and save what was trained (0: no limit)")
+    p.add_argument("--schedule-by-time", action="store_true",
+                   help="with --time-limit-s: the learning rate decays over that time, reaching 0 as "
+                        "it ends, instead of over the planned steps (--max-steps then only caps them)")
+    p.add_argument("--length-batches", action="store_true",
+                   help="batch rows of similar length together (less padding; kernelzero/train/length_batches.py)")
     p.add_argument("--log-every", type=int, default=100,
                    help="a progress line (step, loss, tok/s) on stderr every N steps (0: none)")
     p.add_argument("--json", action="store_true")
@@ -48,7 +53,9 @@ def run(args) -> int:
                            batch_size=args.batch_size, grad_accum=args.grad_accum,
                            max_length=args.max_length, lora=args.lora, lora_r=args.lora_r,
                            bf16=args.bf16, seed=args.seed, copy_weight=args.copy_weight,
-                           time_limit_s=args.time_limit_s, log_every=args.log_every)
+                           time_limit_s=args.time_limit_s, schedule_by_time=args.schedule_by_time,
+                           length_batches=args.length_batches,
+                           log_every=args.log_every)
         out = run_sft(args.model, args.data, args.out, cfg,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as e:
@@ -56,5 +63,5 @@ def run(args) -> int:
     print(json.dumps(out) if args.json else
           f"trained {out['steps']} steps on {out['rows']} rows (loss {out['train_loss']:.3f}) -> {out['out']}"
           + (f" (stopped by --time-limit-s {args.time_limit_s:g} of {out['planned_steps']} planned steps)"
-             if out["stopped_by_time_limit"] else ""))
+             if out["stopped_by_time_limit"] and not out["schedule_by_time"] else ""))
     return 0

@@ -20,7 +20,6 @@ Does not cover: the held-out evaluation (round_report.py) or the loop around it 
 from __future__ import annotations
 
 import json
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -49,9 +48,9 @@ class ColdStartConfig:
     curve_every: every this many SFT steps, measure greedy pass@1 on `curve_tasks` in-family
         held-out modules (a learning curve in the figures); 0 for none.
     curve_tasks: held-out modules of the learning curve.
-    time_budget_s: fit the SFT into about this many seconds: a short calibration run measures
-        the steps per second on this machine, and the SFT's step count (and so its learning-rate
-        schedule) is set to fill the budget; None trains `sft`'s epochs or steps.
+    time_budget_s: train for this many seconds, the learning rate's warm-up and decay spread over
+        them (time_schedule.py), as many steps as this machine makes; None trains `sft`'s epochs
+        or steps.
     """
 
     preset: str = "cpu"
@@ -156,8 +155,8 @@ def run_cold_start(cfg: ColdStartConfig, out_dir: str | Path, evaluator, log=pri
         f"on {len(rows)} rows")
     sft_cfg = cfg.sft_config()
     if cfg.time_budget_s:
-        sft_cfg = _fit_to_budget(sft_cfg, str(init), rows, cfg.time_budget_s, out, log)
-        figures["sft_steps_fitted"] = sft_cfg.max_steps
+        sft_cfg = within_budget(sft_cfg, cfg.time_budget_s)
+        log(f"cold start: SFT for {cfg.time_budget_s:.0f} s, the learning rate decaying over that time")
     callbacks, curve = [], None
     if cfg.curve_every and curve_config:
         curve = _curve(cfg, init, evaluator, curve_config, out, log)
@@ -193,43 +192,14 @@ def _curve(cfg: ColdStartConfig, init: Path, evaluator, curve_config: dict, out:
                           log=log, label="in-family held-out")
 
 
-CALIBRATION_STEPS = 30
+STEP_CAP = 1_000_000  # a budgeted SFT ends by its time, never by this
 
 
-def _fit_to_budget(sft: SFTRunConfig, init: str, rows: list[dict], budget_s: float, out: Path, log):
-    """The SFT config with max_steps set so that training fills about `budget_s` seconds, from a
-    short calibration run's steps per second (its first steps, with their warm-up, left out)."""
+def within_budget(sft: SFTRunConfig, budget_s: float) -> SFTRunConfig:
+    """The SFT config that trains for `budget_s` seconds, its learning-rate warm-up and decay
+    spread over that time (sft.py's schedule_by_time), whatever this machine's steps per second."""
     import dataclasses
-    import shutil
-
-    from kernelzero.train.sft import build_sft_trainer
-    from kernelzero.train.steplog import quiet
-    from transformers import TrainerCallback
-
-    marks: list[float] = []
-
-    class _Clock(TrainerCallback):
-        # At most CALIBRATION_STEPS steps, and no more than a tenth of the budget once 12 are done.
-        def on_step_end(self, args, state, control, **kw):
-            marks.append(time.perf_counter())
-            if len(marks) >= 12 and marks[-1] - marks[0] > 0.1 * budget_s:
-                control.should_training_stop = True
-
-    probe = dataclasses.replace(sft, max_steps=CALIBRATION_STEPS, log_every=0, eval_fraction=0.0)
-    # A seeded sample of the rows, enough for the probe's steps: tokenizing all of them here would
-    # tokenize them twice (the training run does it again), minutes on 40K rows.
-    enough = CALIBRATION_STEPS * sft.batch_size * sft.grad_accum
-    sample = random.Random(sft.seed).sample(rows, enough) if len(rows) > enough else rows
-    trainer = build_sft_trainer(init, sample, out / "calibration", probe, callbacks=[_Clock()])
-    quiet(trainer)
-    trainer.train()
-    shutil.rmtree(out / "calibration", ignore_errors=True)
-    skip = len(marks) // 2  # the first steps carry the warm-up (kernels, allocator, data workers)
-    rate = (len(marks) - 1 - skip) / max(1e-9, marks[-1] - marks[skip])
-    steps = max(1, int(budget_s * rate))
-    log(f"cold start: {rate:.1f} SFT steps/s here; {steps} steps fill the {budget_s:.0f} s budget "
-        f"({steps * sft.batch_size * sft.grad_accum / max(1, len(rows)):.1f} epochs)")
-    return dataclasses.replace(sft, max_steps=steps)
+    return dataclasses.replace(sft, max_steps=STEP_CAP, time_limit_s=budget_s, schedule_by_time=True)
 
 
 def _record(model_dir: Path, init: Path, **info) -> None:

@@ -116,7 +116,7 @@ def make_proposer(cfg: TrainConfig, out_dir: Path, log=print) -> str:
     import json
 
     from kernelzero.models.scratch import build_from_corpus, is_complete
-    from kernelzero.train.cold_start import _fit_to_budget, corpus
+    from kernelzero.train.cold_start import corpus, within_budget
     from kernelzero.train.sft import run_sft
 
     out = Path(out_dir)
@@ -130,7 +130,7 @@ def make_proposer(cfg: TrainConfig, out_dir: Path, log=print) -> str:
         build_from_corpus(init, corpus(rows[:cs.tokenizer_rows]), cs.preset, seed=cfg.seed + 1)
     sft = cs.sft_config()
     if cs.time_budget_s:
-        sft = _fit_to_budget(sft, str(init), rows, cs.time_budget_s / 2, out, log)
+        sft = within_budget(sft, cs.time_budget_s / 2)
     log(f"proposer cold start: SFT on {len(rows)} (op set -> module) rows")
     figures = run_sft(str(init), rows, out / "model", sft, log=log)
     figures["model"] = str(out / "model")

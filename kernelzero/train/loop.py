@@ -105,6 +105,11 @@ class Loop:
         self._speedups: dict[str, list[float]] = {}  # pool task hash -> its kernels' speed-ups
 
     # ------------------------------------------------------------------ setup
+    def cold_start_pending(self) -> bool:
+        """Whether `_models` will train a model from zero (a `scratch` spec not yet resolved)."""
+        return any(getattr(self.cfg, f"{role}_model") == "scratch" and not getattr(self.state, f"{role}_model")
+                   for role in ("coder", "proposer"))
+
     def _models(self) -> None:
         """The starting Coder and Proposer as checkpoint directories (starting_models.py)."""
         resolve_models(self.cfg, self.state, self.out, self.rank, self.evaluator, log=self.log)
@@ -135,10 +140,15 @@ class Loop:
             pool = None if local else stack.enter_context(
                 open_pool(self.cfg.reward, self.cfg.eval_config()))
             self.evaluator = stack.enter_context(Evaluator(self.cfg.eval_config()))
-            if local:  # worker start-up overlaps model loading
+            # Worker start-up overlaps model loading, but not a cold start's SFT: on cuda every
+            # spare holds a CUDA context (36 held 26 GB of an H100 under a Coder's SFT).
+            warm_early = local and not self.cold_start_pending()
+            if warm_early:
                 warm_up_in_background(self.evaluator)
             self.judge = Judge(self.evaluator if local else pool, self.cache, log=self.log)
             self._models()
+            if local and not warm_early:
+                warm_up_in_background(self.evaluator)
             if self.rank == 0:
                 try:  # TensorBoard is an extra; steps.jsonl holds the same scalars
                     from torch.utils.tensorboard import SummaryWriter

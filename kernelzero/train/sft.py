@@ -48,6 +48,12 @@ class SFTRunConfig:
         limit), and save the model trained so far as at any end. The learning-rate schedule stays
         the one planned for max_steps / epochs, cut where it stopped: a run on a machine lent for
         minutes keeps its steps instead of losing them all to the wall clock.
+    length_batches: batch rows of similar length together, the batches in random order
+        (length_batches.py): less padding, so more rows a second (on the family rows random batches
+        are 41% padding).
+    schedule_by_time: with time_limit_s, the warm-up and decay run over the time instead of the
+        planned steps (time_schedule.py): the learning rate reaches 0 when time_limit_s is spent,
+        at whatever step that is, and max_steps (or the epochs) only caps the steps.
     """
 
     epochs: float = 2.0
@@ -69,10 +75,14 @@ class SFTRunConfig:
     log_every: int = 0
     copy_weight: float = 1.0
     time_limit_s: float = 0.0
+    schedule_by_time: bool = False
+    length_batches: bool = False
 
     def __post_init__(self) -> None:
         if self.time_limit_s < 0:
             raise ValueError("time_limit_s must be >= 0 (0: no limit)")
+        if self.schedule_by_time and not self.time_limit_s:
+            raise ValueError("schedule_by_time needs time_limit_s > 0 (the time the schedule spans)")
         if self.learning_rate <= 0 or self.batch_size < 1 or self.grad_accum < 1:
             raise ValueError("learning_rate must be > 0, batch_size and grad_accum >= 1")
         if self.max_steps < 0 or (self.max_steps == 0 and self.epochs <= 0):
@@ -201,9 +211,17 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
     callbacks = list(callbacks or [])
     if cfg.log_every:
         callbacks.append(ProgressPrinter(cfg.log_every, total, log).callback)
-    if cfg.time_limit_s:
-        callbacks.append(time_limit_callback(cfg.time_limit_s))
     trainer_cls = SFTTrainer if cfg.copy_weight == 1.0 else _copy_weighted(SFTTrainer, cfg.copy_weight)
+    if cfg.length_batches:
+        from kernelzero.train.length_batches import length_batched
+        trainer_cls = length_batched(trainer_cls, cfg.batch_size * cfg.grad_accum, cfg.seed)
+    if cfg.schedule_by_time:
+        from kernelzero.train.time_schedule import TimeSchedule, time_scheduled
+        schedule = TimeSchedule(cfg.time_limit_s, cfg.lr_scheduler, cfg.warmup_ratio)
+        trainer_cls = time_scheduled(trainer_cls, schedule)
+        callbacks.append(schedule.callback())
+    elif cfg.time_limit_s:
+        callbacks.append(time_limit_callback(cfg.time_limit_s))
     return trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
                       train_dataset=Dataset.from_list(train),
                       eval_dataset=Dataset.from_list(held) if held else None,
@@ -244,10 +262,12 @@ def run_sft(model: str, data: str | Path | list[dict], out: str | Path, cfg: SFT
     after = trainer.evaluate()["eval_loss"] if trainer.eval_dataset is not None else None
     trainer.save_model(str(out))
     trainer.processing_class.save_pretrained(str(out))
-    curve = [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
+    curve = [{"step": h["step"], "loss": h["loss"], "lr": h.get("learning_rate")}
+             for h in trainer.state.log_history if "loss" in h]
     tokens = max((float(h.get("num_tokens", 0) or 0) for h in trainer.state.log_history), default=0.0)
     return {"out": str(out), "steps": trainer.state.global_step, "planned_steps": trainer.state.max_steps,
             "stopped_by_time_limit": trainer.state.global_step < trainer.state.max_steps,
+            "schedule_by_time": cfg.schedule_by_time,
             "train_loss": result.training_loss,
             "rows": len(trainer.train_dataset), "eval_rows": len(trainer.eval_dataset or []),
             "eval_loss_before": before, "eval_loss_after": after, "loss_curve": curve,
