@@ -7,6 +7,12 @@ each pool by length and cut it into batches, then shuffle the batches of all poo
 model does not see long batches, then short ones, in a cycle, as transformers' LengthGroupedSampler
 orders them within each pool).
 
+Measured (`python bench/length_batches_ab.py --rows 8000 --steps 200`, the 2.5M `cpu` preset from
+zero, batch 16, 2-core machine): 1.58x the rows a second, but at equal steps a held-out loss of
+0.62 against 0.23 with random batches: a batch of rows alike in length is alike in kind (a matmul
+kernel is longer than an elementwise one), and its gradient says less about the whole family. At
+equal time: not measured. Off by default (sft.py).
+
     sampler = LengthBatches(lengths, batch_size=64, seed=0)
 """
 from __future__ import annotations

@@ -141,7 +141,7 @@ class Loop:
                 open_pool(self.cfg.reward, self.cfg.eval_config()))
             self.evaluator = stack.enter_context(Evaluator(self.cfg.eval_config()))
             # Worker start-up overlaps model loading, but not a cold start's SFT: on cuda every
-            # spare holds a CUDA context (36 held 26 GB of an H100 under a Coder's SFT).
+            # spare holds a CUDA context (0.5-1 GB each, one per candidate of a Coder step).
             warm_early = local and not self.cold_start_pending()
             if warm_early:
                 warm_up_in_background(self.evaluator)

@@ -1,14 +1,14 @@
 """A learning-rate schedule over wall-clock time: warm-up and decay follow the share of a time
 budget spent, not of a planned step count.
 
-A run given "train for 8 minutes" cannot know its steps per second in advance: a short
-calibration run measured 1.8 steps/s on an H100 where the run then made 2.8 (new shapes, the
-allocator and data workers warm up over many steps), so a step-planned schedule ended 134 s early
-with its learning rate at 0 and the rest of the budget unused. Here the schedule reads the clock:
-the learning rate reaches 0 when the time is spent, at whatever step that is.
+A run given "train for 8 minutes" cannot know its steps per second in advance, and the rate
+changes over the run (new batch shapes, the allocator and data workers warm up over many steps):
+a schedule planned in steps from a short calibration ends early, its learning rate at 0 and the
+rest of the budget unused, or late, cut before its decay. Here the schedule reads the clock: the
+learning rate reaches 0 when the time is spent, at whatever step that is.
 
     schedule = TimeSchedule(limit_s=480, kind="cosine", warmup=0.03)
-    trainer = time_scheduled(SFTTrainer)(..., callbacks=[schedule.callback()])
+    trainer = time_scheduled(SFTTrainer, schedule)(..., callbacks=[schedule.callback()])
 """
 from __future__ import annotations
 
