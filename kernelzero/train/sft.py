@@ -45,8 +45,8 @@ class SFTRunConfig:
         counts in the loss (kernelzero.train.copy_loss; 1: the plain completion-only loss). The
         held-out `eval_loss` is then weighted the same way.
     time_limit_s: stop after the optimizer step that ends this many seconds of training (0: no
-        limit), and save the model trained so far as at any end. The learning-rate schedule stays
-        the one planned for max_steps / epochs, cut where it stopped: a run on a machine lent for
+        limit), and save the model trained so far as at any end. Unless schedule_by_time, the
+        learning-rate schedule stays the one planned for max_steps / epochs, cut where it stopped: a run on a machine lent for
         minutes keeps its steps instead of losing them all to the wall clock.
     length_batches: batch rows of similar length together, the batches in random order
         (length_batches.py): less padding, so more rows a second, but each step teaches less
@@ -221,7 +221,7 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
         schedule = TimeSchedule(cfg.time_limit_s, cfg.lr_scheduler, cfg.warmup_ratio)
         trainer_cls = time_scheduled(trainer_cls, schedule)
         callbacks.append(schedule.callback())
-    elif cfg.time_limit_s:
+    if cfg.time_limit_s:
         callbacks.append(time_limit_callback(cfg.time_limit_s))
     return trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
                       train_dataset=Dataset.from_list(train),

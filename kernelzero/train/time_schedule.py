@@ -8,7 +8,8 @@ rest of the budget unused, or late, cut before its decay. Here the schedule read
 learning rate reaches 0 when the time is spent, at whatever step that is.
 
     schedule = TimeSchedule(limit_s=480, kind="cosine", warmup=0.03)
-    trainer = time_scheduled(SFTTrainer, schedule)(..., callbacks=[schedule.callback()])
+    trainer = time_scheduled(SFTTrainer, schedule)(..., callbacks=[schedule.callback(),
+                                                                   time_limit_callback(480)])
 """
 from __future__ import annotations
 
@@ -46,21 +47,17 @@ class TimeSchedule:
         return 1.0 - rest
 
     def callback(self):
-        """A TrainerCallback that starts the clock when training begins and ends training at the
-        first step end past `limit_s`."""
+        """A TrainerCallback that starts the clock when training begins (ending the training at
+        `limit_s` is sft.time_limit_callback's)."""
         from transformers import TrainerCallback
 
         schedule = self
 
-        class TimeBudget(TrainerCallback):
+        class StartClock(TrainerCallback):
             def on_train_begin(self, args, state, control, **kw):
                 schedule.start()
 
-            def on_step_end(self, args, state, control, **kw):
-                if schedule.spent() >= 1.0:
-                    control.should_training_stop = True
-
-        return TimeBudget()
+        return StartClock()
 
 
 def time_scheduled(base, schedule: TimeSchedule):
