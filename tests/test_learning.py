@@ -164,6 +164,27 @@ def test_sft_from_zero_moves_the_weights_and_lowers_held_out_loss(tmp_path):
     assert any(not torch.equal(before[k], after[k]) for k in before)
 
 
+def test_logging_fewer_steps_records_fewer_losses_and_trains_the_same_weights(tmp_path):
+    """sft.logging_steps: each loss record waits for the device, so a GPU run logs every N steps;
+    what it trains must not change with N."""
+    from safetensors.torch import load_file
+
+    from kernelzero.models.scratch import ModelPreset, build_model, train_tokenizer
+    from kernelzero.train.cold_start import corpus
+    from kernelzero.train.sft import SFTRunConfig, run_sft
+
+    rows = _teacher_rows(24, seed=13)
+    tok = train_tokenizer(corpus(rows), vocab_size=600)
+    init = build_model(tmp_path / "init", tok, ModelPreset(hidden=32, layers=1, heads=2, kv_heads=1,
+                                                           intermediate=64, vocab_size=600))
+    runs = {n: run_sft(str(init), rows, tmp_path / f"log{n}", SFTRunConfig(
+        max_steps=10, batch_size=4, learning_rate=1e-3, max_length=2048, logging_steps=n)) for n in (1, 5)}
+    assert [p["step"] for p in runs[1]["loss_curve"]] == list(range(1, 11))
+    assert [p["step"] for p in runs[5]["loss_curve"]] == [5, 10]
+    every, fifth = (load_file(str(tmp_path / f"log{n}" / "model.safetensors")) for n in (1, 5))
+    assert all(torch.equal(every[k], fifth[k]) for k in every)
+
+
 def test_time_schedule_follows_the_clock_not_the_steps():
     from kernelzero.train.time_schedule import TimeSchedule
 

@@ -35,6 +35,9 @@ def register(sub) -> None:
                         "it ends, instead of over the planned steps (--max-steps then only caps them)")
     p.add_argument("--length-batches", action="store_true",
                    help="batch rows of similar length together (less padding; kernelzero/train/length_batches.py)")
+    p.add_argument("--logging-steps", type=int, default=1,
+                   help="record the loss every N steps (each record waits for the device to finish "
+                        "its step)")
     p.add_argument("--log-every", type=int, default=100,
                    help="a progress line (step, loss, tok/s) on stderr every N steps (0: none)")
     p.add_argument("--json", action="store_true")
@@ -54,7 +57,7 @@ def run(args) -> int:
                            max_length=args.max_length, lora=args.lora, lora_r=args.lora_r,
                            bf16=args.bf16, seed=args.seed, copy_weight=args.copy_weight,
                            time_limit_s=args.time_limit_s, schedule_by_time=args.schedule_by_time,
-                           length_batches=args.length_batches,
+                           length_batches=args.length_batches, logging_steps=args.logging_steps,
                            log_every=args.log_every)
         out = run_sft(args.model, args.data, args.out, cfg,
                       log=lambda line: print(line, file=sys.stderr, flush=True))
