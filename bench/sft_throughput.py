@@ -29,16 +29,15 @@ def step_clock():
     from transformers import TrainerCallback
 
     class Clock(TrainerCallback):
-        times: list[float] = []
+        def __init__(self):
+            self.times: list[float] = []
 
         def on_step_end(self, args, state, control, **kw):
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             self.times.append(time.perf_counter())
 
-    clock = Clock()
-    clock.times = []
-    return clock
+    return Clock()
 
 
 def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, work: Path) -> dict:
