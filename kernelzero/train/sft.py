@@ -46,8 +46,9 @@ class SFTRunConfig:
         held-out `eval_loss` is then weighted the same way.
     time_limit_s: stop after the optimizer step that ends this many seconds of training (0: no
         limit), and save the model trained so far as at any end. Unless schedule_by_time, the
-        learning-rate schedule stays the one planned for max_steps / epochs, cut where it stopped: a run on a machine lent for
-        minutes keeps its steps instead of losing them all to the wall clock.
+        learning-rate schedule stays the one planned for max_steps / epochs, cut where it stopped:
+        a run on a machine lent for minutes keeps its steps instead of losing them all to the wall
+        clock.
     length_batches: batch rows of similar length together, the batches in random order
         (length_batches.py): less padding, so more rows a second, but each step teaches less
         (bench/length_batches_ab.py: at equal steps, held-out loss 0.62 against 0.23); off unless
