@@ -22,6 +22,10 @@ invocation rewrites OUT.json, OUT.md (the tables) and OUT.png from everything do
 Figures: for every arm and held-out set, greedy pass@1 of the final round, pooled over seeds
 (each task's correctness averaged over the seeds), with a percentile bootstrap CI over tasks;
 and each arm's difference to `sft` (and `frontier` to `uniform`), paired by task, with its CI.
+Where the held-out kernels were timed (eval.device=cuda), the same tables for fast_1 (correct
+and strictly faster than eager, KernelBench's definition): the gate comparison reads those, e.g.
+    python bench/ablation.py --base ablation-gate-gpu --arms sft,uniform,correct_only,speed_first \
+        --seeds 0 --out docs/ablation-gate
 """
 from __future__ import annotations
 
@@ -63,21 +67,28 @@ def fingerprint(base: dict, coder: str | None) -> str:
     return hashlib.sha256(json.dumps([base, coder], sort_keys=True).encode()).hexdigest()[:12]
 
 
-def final_outcomes(run_dir: Path) -> dict[str, dict[str, float]]:
-    """set -> task -> correct (0/1) of the last held-out round's greedy samples, from the
-    outcomes the run wrote beside that round's report (reports/round_R/SET/outcomes.jsonl).
+def final_outcomes(run_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """(pass@1, fast_1) outcomes of the last held-out round's greedy samples: set -> task -> 0/1,
+    from the outcomes the run wrote beside that round's report (reports/round_R/SET/outcomes.jsonl).
     Not from the verdict records: a pair judged in an earlier round (a task whose greedy kernel
-    RL left unchanged) is answered from the cache and gets no new record."""
-    from kernelzero.train.heldout import greedy_outcomes
-
+    RL left unchanged) is answered from the cache and gets no new record. fast_1 (correct and
+    speedup over eager > 1) only for sets whose kernels were timed (some speedup measured)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     last = max(h["round"] for h in summary["heldout"])
-    out = {d.name: greedy_outcomes(d) for d in sorted((run_dir / "reports" / f"round_{last}").glob("*"))
-           if (d / "outcomes.jsonl").exists()}
-    if not out:
+    correct, fast = {}, {}
+    for d in sorted((run_dir / "reports" / f"round_{last}").glob("*")):
+        path = d / "outcomes.jsonl"
+        if not path.exists():
+            continue
+        rows = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("sampling") == "greedy"]
+        correct[d.name] = {r["task"]: float(bool(r["correct"])) for r in rows}
+        if any(r.get("speedup") is not None for r in rows):
+            fast[d.name] = {r["task"]: float(bool(r["correct"]) and (r.get("speedup") or 0.0) > 1.0)
+                            for r in rows}
+    if not correct:
         raise SystemExit(f"{run_dir}: no outcomes.jsonl under reports/round_{last}/ (a run made "
                          "before held-out outcomes were written: run it again)")
-    return out
+    return correct, fast
 
 
 def _bootstrap(values: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -97,7 +108,7 @@ def pooled(results: dict, arm: str) -> dict[str, dict[str, float]]:
     return {s: {t: sum(v) / len(v) for t, v in tasks.items()} for s, tasks in per.items()}
 
 
-def tables(results: dict) -> dict:
+def tables(results: dict, metric: str = "pass@1") -> dict:
     from kernelzero.metrics import paired_difference
 
     arms = [a for a in ARMS if a in results]
@@ -105,7 +116,7 @@ def tables(results: dict) -> dict:
     for arm in arms:
         p = pooled(results, arm)
         figs["arms"][arm] = {"seeds": sorted(results[arm]), "sets": {
-            s: dict(zip(("pass@1", "lo", "hi"), _bootstrap(list(v.values())))) | {"n_tasks": len(v)}
+            s: dict(zip((metric, "lo", "hi"), _bootstrap(list(v.values())))) | {"n_tasks": len(v)}
             for s, v in p.items()}}
     for a, b in PAIRS:
         if a in results and b in results:
@@ -118,21 +129,22 @@ def tables(results: dict) -> dict:
     return figs
 
 
-def markdown(figs: dict, meta: dict) -> str:
+def markdown(figs: dict, meta: dict, metric: str = "pass@1", title: bool = True) -> str:
     sets = sorted({s for a in figs["arms"].values() for s in a["sets"]})
-    lines = ["# Ablation: held-out greedy pass@1 of the final round", "",
-             f"Base config `{meta['base']}` (fingerprint {meta['fingerprint']}), Coder "
-             f"`{meta['coder']}`; pooled over seeds, 95% bootstrap CI over tasks. "
-             f"Written by `python bench/ablation.py` on {meta['written']} ({meta['machine']}).", "",
-             "| arm | seeds | " + " | ".join(sets) + " |", "|---|---|" + "---|" * len(sets)]
+    head = [f"# Ablation: held-out greedy {metric} of the final round", "",
+            f"Base config `{meta['base']}` (fingerprint {meta['fingerprint']}), Coder "
+            f"`{meta['coder']}`; pooled over seeds, 95% bootstrap CI over tasks. "
+            f"Written by `python bench/ablation.py` on {meta['written']} ({meta['machine']}).", ""]
+    lines = (head if title else [f"## Greedy {metric} of the final round", ""]) + [
+        "| arm | seeds | " + " | ".join(sets) + " |", "|---|---|" + "---|" * len(sets)]
     for arm, a in figs["arms"].items():
         cells = []
         for s in sets:
             m = a["sets"].get(s)
-            cells.append(f"{m['pass@1']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}] (n={m['n_tasks']})" if m else "n/a")
+            cells.append(f"{m[metric]:.3f} [{m['lo']:.3f}, {m['hi']:.3f}] (n={m['n_tasks']})" if m else "n/a")
         lines.append(f"| {arm} | {len(a['seeds'])} | " + " | ".join(cells) + " |")
     if figs["differences"]:
-        lines += ["", "Paired differences (a - b), by task:", "", "| a - b | set | delta | 95% CI | holds? |",
+        lines += ["", f"Paired differences in {metric} (a - b), by task:", "", "| a - b | set | delta | 95% CI | holds? |",
                   "|---|---|---|---|---|"]
         for d in figs["differences"]:
             verdict = "yes" if d["lo"] > 0 else ("no: lower" if d["hi"] < 0 else "not shown (CI spans 0)")
@@ -141,7 +153,7 @@ def markdown(figs: dict, meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(figs: dict, path: Path) -> None:
+def plot(figs: dict, path: Path, metric: str = "pass@1") -> None:
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -159,13 +171,13 @@ def plot(figs: dict, path: Path) -> None:
             m = figs["arms"][arm]["sets"].get(s)
             if m:
                 xs.append(j + i * width)
-                ys.append(m["pass@1"])
-                lo.append(m["pass@1"] - m["lo"])
-                hi.append(m["hi"] - m["pass@1"])
+                ys.append(m[metric])
+                lo.append(m[metric] - m["lo"])
+                hi.append(m["hi"] - m[metric])
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, label=arm)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(sets))])
     ax.set_xticklabels(sets)
-    ax.set_ylabel("greedy pass@1 (final round)")
+    ax.set_ylabel(f"greedy {metric} (final round)")
     ax.set_ylim(0, 1)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -241,17 +253,25 @@ def main(argv=None) -> int:
                 Loop(cfg, run_dir, resume=run_dir.exists()).run()
                 new += 1
                 print(f"== {arm} seed {seed} done in {time.perf_counter() - t0:.0f} s", flush=True)
-            entry["results"].setdefault(arm, {})[str(seed)] = final_outcomes(run_dir)
+            correct, fast = final_outcomes(run_dir)
+            entry["results"].setdefault(arm, {})[str(seed)] = correct
+            if fast:
+                entry.setdefault("fast_1", {}).setdefault(arm, {})[str(seed)] = fast
             store_path.parent.mkdir(parents=True, exist_ok=True)
             store_path.write_text(json.dumps(store, indent=1) + "\n")
     figs = tables(entry["results"])
     entry["tables"] = figs
-    store_path.write_text(json.dumps(store, indent=1) + "\n")
     meta = {"base": " ".join([args.base, *(f"--set {x}" for x in args.set)]), "fingerprint": fp, "coder": args.coder or base.get("coder_model"),
             "written": time.strftime("%Y-%m-%d"), "machine": _machine()}
-    out.with_suffix(".md").write_text(markdown(figs, meta))
+    md = markdown(figs, meta)
     plot(figs, out.with_suffix(".png"))
-    print(markdown(figs, meta))
+    if entry.get("fast_1"):  # timed held-out kernels: the same tables for fast_1
+        entry["tables_fast_1"] = tables(entry["fast_1"], metric="fast_1")
+        md += "\n" + markdown(entry["tables_fast_1"], meta, metric="fast_1", title=False)
+        plot(entry["tables_fast_1"], out.with_name(out.name + "-fast_1.png"), metric="fast_1")
+    store_path.write_text(json.dumps(store, indent=1) + "\n")
+    out.with_suffix(".md").write_text(md)
+    print(md)
     return 0
 
 

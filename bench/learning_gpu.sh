@@ -9,6 +9,11 @@
 #   bash bench/learning_gpu.sh rl OUT       # the main job's CA-GRPO (tiny-cpu) at GPU scale: the
 #                                           # Coder on the card, kernels judged on the host's CPU
 #                                           # cores; one run per seed in KZ_SEEDS (default "0 1 2")
+#   bash bench/learning_gpu.sh gate OUT     # the gate comparison (bench/ablation.py, base
+#                                           # ablation-gate-gpu: kernels judged and timed on the
+#                                           # card): the arms in KZ_GATE_ARMS missing from
+#                                           # docs/ablation-gate.json, seeds KZ_SEEDS (default 0),
+#                                           # until KZ_GATE_LIMIT_S; OUT gets the updated tables
 # Needs: the verified distillation rows gzipped (KZ_DATA; default data/family-train.jsonl.gz, the
 # rows committed with the repository, else .data/family-train.jsonl.gz; made on any
 # machine by `kernelzero distill --teacher compiler ...` or a coder-cpu run's cold start, whose
@@ -174,6 +179,20 @@ rl)
       --set eval.max_workers=${KZ_RL_WORKERS:-14} ${KZ_RL_SETS:-} > "$OUT/rl-seed$seed.log" 2>&1
     echo "rl seed $seed rc=$?"; tail -n 12 "$OUT/rl-seed$seed.log"
     rm -rf "$OUT/rl-seed$seed/ckpt" "$OUT/rl-seed$seed/tb"  # weights and optimizer: not returned
+  done
+  ;;
+gate)
+  # Resumable across calls: an arm is recorded in docs/ablation-gate.json when its run finishes;
+  # carry that file back to run the rest. A run cut by the limit is lost (its work dir is not kept).
+  seeds=$(echo ${KZ_SEEDS:-0} | tr ' ' ,)
+  timeout --signal=INT --kill-after=20 "${KZ_GATE_LIMIT_S:-520}" python3 bench/ablation.py --base ablation-gate-gpu \
+    --arms "${KZ_GATE_ARMS:-sft,uniform,correct_only,speed_first}" --seeds "$seeds" --out docs/ablation-gate \
+    --work /tmp/gate-runs ${KZ_GATE_SETS:-} > "$OUT/gate.log" 2>&1
+  echo "gate rc=$?"; grep -E "^== |coder: |held-out .*pass@1" "$OUT/gate.log"
+  cp docs/ablation-gate.* docs/ablation-gate-fast_1.png "$OUT/" 2>/dev/null
+  for r in /tmp/gate-runs/*/*/; do  # each run's summary and step log: the step-time split
+    n=$(basename "$r"); mkdir -p "$OUT/runs/$n"; cp "$r/summary.json" "$r/steps.jsonl" "$OUT/runs/$n/" 2>/dev/null
+    cp -r "$r/reports" "$OUT/runs/$n/" 2>/dev/null
   done
   ;;
 kb-bench)

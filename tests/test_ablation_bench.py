@@ -50,3 +50,55 @@ def test_proposer_arms_without_proposer_steps_are_refused_before_any_run(tmp_pat
     assert e.value.code == 2
     assert "proposer_steps 0" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+def _run_dir(root, rows, rnd=1):
+    """A finished run's files as final_outcomes reads them: summary.json and the last round's
+    outcomes.jsonl of one held-out set."""
+    import json
+    (root / "reports" / f"round_{rnd}" / "in_family").mkdir(parents=True)
+    (root / "summary.json").write_text(json.dumps({"heldout": [{"round": 0}, {"round": rnd}]}))
+    (root / "reports" / f"round_{rnd}" / "in_family" / "outcomes.jsonl").write_text(
+        "\n".join(json.dumps({"sampling": "greedy", **r}) for r in rows) + "\n")
+    return root
+
+
+def test_fast_1_counts_a_task_only_when_its_kernel_is_correct_and_strictly_faster_than_eager(tmp_path):
+    rows = [{"task": "a", "correct": True, "speedup": 1.5}, {"task": "b", "correct": True, "speedup": 1.0},
+            {"task": "c", "correct": False, "speedup": 3.0}, {"task": "d", "correct": True, "speedup": None},
+            {"task": "e", "correct": True, "speedup": 0.4}]
+    correct, fast = ablation.final_outcomes(_run_dir(tmp_path / "r", rows))
+    assert correct == {"in_family": {"a": 1.0, "b": 1.0, "c": 0.0, "d": 1.0, "e": 1.0}}
+    assert fast == {"in_family": {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0, "e": 0.0}}
+    untimed = [{"task": "a", "correct": True, "speedup": None}]  # a CPU run: no fast_1 at all
+    assert ablation.final_outcomes(_run_dir(tmp_path / "u", untimed))[1] == {}
+
+
+def test_the_gate_arms_get_fast_1_tables_beside_pass_at_1(tmp_path, monkeypatch):
+    """With timed held-out kernels the store, the markdown and a second plot carry fast_1, and the
+    gate's pairs (uniform - correct_only, speed_first - uniform) are differences in it."""
+    import json
+
+    tasks = [f"t{i}" for i in range(30)]
+    work = tmp_path / "runs"
+    speeds = {"uniform": 2.0, "correct_only": 0.5, "sft": 0.5}  # every kernel correct in every arm
+    def fake_run(self):
+        arm = self.cfg.name.split("-")[-2]
+        _run_dir(Path(self.out), [{"task": t, "correct": True, "speedup": speeds[arm]} for t in tasks])
+    class FakeLoop:
+        def __init__(self, cfg, out, resume=False):
+            self.cfg, self.out = cfg, out
+        run = fake_run
+    import kernelzero.train.loop as loop
+    monkeypatch.setattr(loop, "Loop", FakeLoop)
+    out = tmp_path / "gate"
+    assert ablation.main(["--base", "ablation-gate-gpu", "--arms", "sft,uniform,correct_only", "--seeds", "0",
+                          "--out", str(out), "--work", str(work)]) == 0
+    md = out.with_suffix(".md").read_text()
+    assert "## Greedy fast_1 of the final round" in md
+    assert "| uniform - correct_only | in_family | +1.000 |" in md  # fast_1: 1.0 vs 0.0
+    assert "| uniform - correct_only | in_family | +0.000 |" in md  # pass@1: equal
+    store = json.loads(out.with_suffix(".json").read_text())
+    (entry,) = store.values()
+    assert entry["tables_fast_1"]["arms"]["uniform"]["sets"]["in_family"]["fast_1"] == 1.0
+    assert out.with_suffix(".png").exists() and (tmp_path / "gate-fast_1.png").exists()

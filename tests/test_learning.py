@@ -111,6 +111,31 @@ def test_fast_sampler_follows_the_weights_after_refresh(lively_model):
     assert after != before
 
 
+def test_fast_sampler_dropping_finished_rows_changes_no_row(lively_model):
+    """On the CPU finished rows leave the batch (FastGenConfig.compact); each row's tokens must
+    be those of the batch decoded whole. End tokens are picked from the rows' own outputs so the
+    rows finish at different steps and compaction really happens, several times."""
+    from kernelzero.models.fastgen import FastGenConfig, FastGenerator
+
+    prompts = [[(7 * i + j) % 90 + 2 for j in range(3 + i % 5)] for i in range(12)]
+    kw = dict(pad_token_id=1)
+    whole = FastGenerator(lively_model, FastGenConfig(max_batch=16, max_len=96, compact=False, check_every=2))
+    free = whole.generate(prompts, 40, temperature=0, eos_token_ids=[-5], **kw)
+    eos = sorted({row[3 + 4 * (i % 8)] for i, row in enumerate(free[:6])})
+    ref = whole.generate(prompts, 40, temperature=0, eos_token_ids=eos, **kw)
+    lengths = sorted({len(r) for r in ref})
+    assert len(lengths) >= 4 and lengths[0] < 20  # rows end at many different steps
+    compact = FastGenerator(lively_model, FastGenConfig(max_batch=16, max_len=96, check_every=2))
+    calls = []
+    real = compact._compact
+    compact._compact = lambda *a: (calls.append(a[0].numel()), real(*a))
+    assert compact.generate(prompts, 40, temperature=0, eos_token_ids=eos, **kw) == ref
+    assert len(calls) >= 2 and calls[-1] < len(prompts)  # the batch shrank, more than once
+    # sampling with compaction stays seeded
+    a = compact.generate(prompts, 30, temperature=1.0, eos_token_ids=eos, seed=3, **kw)
+    assert a == compact.generate(prompts, 30, temperature=1.0, eos_token_ids=eos, seed=3, **kw)
+
+
 # ------------------------------------------------------------------ held-out rule
 def test_held_out_modules_never_train():
     train = H.training_modules(300, seed=1)

@@ -53,6 +53,9 @@ class FastGenConfig:
     dtype: sampling dtype: `auto` (bf16 on CUDA, fp32 on CPU), `float32` or `bfloat16`.
     cuda_graph: capture the decode step as a CUDA graph (CUDA only).
     check_every: decode steps between looks at the finished flags (one host sync each).
+    compact: without a graph (the CPU), decode only the rows still running: at a look, once a
+        quarter of the batch has finished, its rows leave the batch (their K/V with them), so a
+        batch's cost follows its rows' lengths, not its longest row's. A graph has fixed shapes.
     """
 
     max_batch: int = 256
@@ -60,6 +63,7 @@ class FastGenConfig:
     dtype: str = "auto"
     cuda_graph: bool = True
     check_every: int = 16
+    compact: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_len < 2 or self.check_every < 1:
@@ -231,26 +235,31 @@ class FastGenerator:
         race = torch.empty_like(probs).exponential_(generator=self._generator)
         return (probs / race).argmax(-1)
 
-    def _decode_step(self, mode: tuple, filled: int | None = None) -> None:
+    def _decode_step(self, mode: tuple, filled: int | None = None, rows: int | None = None) -> None:
         """One token for every row. `filled` (eager decoding only): the slots written so far plus
         this one, so attention reads those instead of the whole cache (on the CPU, attending over
-        a 2K-slot cache cost a third of a step); a captured graph has fixed shapes and reads all."""
-        B = self.config.max_batch
+        a 2K-slot cache cost a third of a step); a captured graph has fixed shapes and reads all.
+        `rows` (eager only): decode the first `rows` rows, those still running after compaction."""
+        B = self.config.max_batch if rows is None else rows
+        tok, pos, pad, finished, out = (t[:B] for t in (self.tok, self.pos, self.pad, self.finished, self.out))
         slots = self.slots if filled is None else self.slots[:filled]
-        mask = (slots[None, :] <= self.cur) & (slots[None, :] >= self.pad[:, None])
-        logits = self._forward(self.tok[:, None], self.pos[:, None], self.cur, mask[:, None, None, :])
+        mask = (slots[None, :] <= self.cur) & (slots[None, :] >= pad[:, None])
+        logits = self._forward(tok[:, None], pos[:, None], self.cur, mask[:, None, None, :])
         nxt = self._sample(logits, mode)
-        nxt = torch.where(self.finished, self.pad_id.expand(B), nxt)
-        self.out.index_copy_(1, self.step_idx, nxt[:, None])
-        self.finished |= torch.isin(nxt, self.eos)
-        self.tok.copy_(nxt)
-        self.pos += 1
+        nxt = torch.where(finished, self.pad_id.expand(B), nxt)
+        out.index_copy_(1, self.step_idx, nxt[:, None])
+        finished |= torch.isin(nxt, self.eos)
+        tok.copy_(nxt)
+        pos += 1
         self.cur += 1
         self.step_idx += 1
 
-    def _step(self, mode: tuple, filled: int) -> None:
-        if not (self.config.cuda_graph and self.device.type == "cuda") or self.graph_error:
-            self._decode_step(mode, filled)
+    def _eager(self) -> bool:
+        return not (self.config.cuda_graph and self.device.type == "cuda") or self.graph_error is not None
+
+    def _step(self, mode: tuple, filled: int, rows: int) -> None:
+        if self._eager():
+            self._decode_step(mode, filled, rows)
             return
         graph = self._graphs.get(mode)
         if graph is None:
@@ -261,9 +270,20 @@ class FastGenerator:
                 self.graph_error = f"{type(e).__name__}: {e}"
                 warnings.warn(f"fastgen: CUDA graph capture failed, decoding without it ({self.graph_error})")
                 torch.cuda.synchronize()
-                self._decode_step(mode)
+                self._decode_step(mode, rows=rows)
                 return
         graph.replay()
+
+    def _compact(self, keep: torch.Tensor, written: int, steps: int) -> None:
+        """Move rows `keep` (ascending) to the front: their state, outputs and the K/V of the
+        `written` slots so far. The right-hand sides are copies (advanced indexing), so a row
+        moving onto one that moves later is safe."""
+        k = keep.numel()
+        self.k_cache[:, :k, :, :written] = self.k_cache[:, keep, :, :written]
+        self.v_cache[:, :k, :, :written] = self.v_cache[:, keep, :, :written]
+        for t in (self.tok, self.pos, self.pad, self.finished):
+            t[:k] = t[keep]
+        self.out[:k, :steps] = self.out[keep, :steps]
 
     def _capture(self, mode: tuple):
         """Capture one decode step as a CUDA graph: warm up on a side stream (lazy init),
@@ -320,8 +340,10 @@ class FastGenerator:
                              "raise FastGenConfig.max_len")
         if min(len(p) for p in prompts) < 1:
             raise ValueError("every prompt needs at least one token")
-        ids = torch.full((B, L0), pad_id, dtype=torch.long)
-        pad = torch.full((B,), L0 - 1, dtype=torch.long)                # dummy rows: one slot
+        # A graph decodes all B rows (dummies marked finished); eager decoding only the n real ones.
+        live = n if self._eager() else B
+        ids = torch.full((live, L0), pad_id, dtype=torch.long)
+        pad = torch.full((live,), L0 - 1, dtype=torch.long)             # dummy rows: one slot
         for i, p in enumerate(prompts):
             ids[i, L0 - len(p):] = torch.tensor(p, dtype=torch.long)
             pad[i] = L0 - len(p)
@@ -344,23 +366,36 @@ class FastGenerator:
         logits = self._forward(ids, pos, 0, mask[:, None])
         first = self._sample(logits, mode)
         self.out.zero_()
-        self.out[:, 0] = first
-        self.finished.copy_(torch.isin(first, self.eos))
+        self.out[:live, 0] = first
+        self.finished[:live] = torch.isin(first, self.eos)
         self.finished[n:] = True
-        self.tok.copy_(first)
-        self.pos.copy_(pos[:, -1] + 1)
-        self.pad.copy_(pad)
+        self.tok[:live] = first
+        self.pos[:live] = pos[:, -1] + 1
+        self.pad[:live] = pad
         self.cur.fill_(L0)
         self.step_idx.fill_(1)
+        origin = list(range(live))   # batch row -> prompt index, as rows leave the batch
+        done: dict[int, list[int]] = {}
         steps = 1
         while steps < max_new:
             k = min(self.config.check_every, max_new - steps)
             for i in range(k):
-                self._step(mode, L0 + steps + i)  # slot L0 + steps + i - 1 is written now
+                self._step(mode, L0 + steps + i, live)  # slot L0 + steps + i - 1 is written now
             steps += k
-            if bool(self.finished.all()):
+            finished = self.finished[:live]
+            if bool(finished.all()):
                 break
-        rows = self.out[:n, :steps].tolist()
+            if self.config.compact and self._eager() and 4 * int(finished.sum()) >= live:
+                for j in finished.nonzero().flatten().tolist():
+                    done[origin[j]] = self.out[j, :steps].tolist()
+                keep = (~finished).nonzero().flatten()
+                self._compact(keep, L0 + steps, steps)
+                origin = [origin[j] for j in keep.tolist()]
+                live = len(origin)
+        for j, o in enumerate(origin):
+            if o < n:
+                done[o] = self.out[j, :steps].tolist()
+        rows = [done[i] for i in range(n)]
         eos_set = set(eos_ids)
         result = []
         for r in rows:
