@@ -73,14 +73,15 @@ def final_outcomes(run_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str
     Not from the verdict records: a pair judged in an earlier round (a task whose greedy kernel
     RL left unchanged) is answered from the cache and gets no new record. fast_1 (correct and
     speedup over eager > 1) only for sets whose kernels were timed (some speedup measured)."""
+    from kernelzero.train.heldout import greedy_records
+
     summary = json.loads((run_dir / "summary.json").read_text())
     last = max(h["round"] for h in summary["heldout"])
     correct, fast = {}, {}
     for d in sorted((run_dir / "reports" / f"round_{last}").glob("*")):
-        path = d / "outcomes.jsonl"
-        if not path.exists():
+        rows = greedy_records(d)
+        if not rows:
             continue
-        rows = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("sampling") == "greedy"]
         correct[d.name] = {r["task"]: float(bool(r["correct"])) for r in rows}
         if any(r.get("speedup") is not None for r in rows):
             fast[d.name] = {r["task"]: float(bool(r["correct"]) and (r.get("speedup") or 0.0) > 1.0)

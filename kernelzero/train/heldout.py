@@ -152,15 +152,21 @@ def headline(result: dict, round_idx: int) -> dict:
                      for name, f in sets.items()}}
 
 
-def greedy_outcomes(set_dir: Path) -> dict[str, float]:
-    """task -> 1.0 / 0.0: the greedy outcome of each task in one set's outcomes.jsonl."""
+def greedy_records(set_dir: Path) -> list[dict]:
+    """The greedy rows (task, correct, speedup, status, ...) of one set's outcomes.jsonl; [] if
+    the set has none."""
     import json
 
     path = Path(set_dir) / "outcomes.jsonl"
     if not path.exists():
-        return {}
+        return []
     rows = (json.loads(line) for line in path.read_text().splitlines() if line.strip())
-    return {r["task"]: float(bool(r["correct"])) for r in rows if r.get("sampling") == "greedy"}
+    return [r for r in rows if r.get("sampling") == "greedy"]
+
+
+def greedy_outcomes(set_dir: Path) -> dict[str, float]:
+    """task -> 1.0 / 0.0: the greedy outcome of each task in one set's outcomes.jsonl."""
+    return {r["task"]: float(bool(r["correct"])) for r in greedy_records(set_dir)}
 
 
 def change_since_start(reports: Path, last_round: int, seed: int = 0) -> dict:
