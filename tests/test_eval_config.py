@@ -32,6 +32,17 @@ def test_derived_settings_read_the_runtime_knobs():
     assert (set_.spare_pool_size, set_.worker_start, set_.transfer_mode) == (1, "fork", "host")
 
 
+def test_spares_on_a_card_keep_to_a_third_of_its_memory():
+    # A trainer asks for a spare per candidate and task of a step (72): on an 80 GB card their
+    # CUDA contexts would leave the judgements no memory budget.
+    cfg = EvalConfig(device="cuda", max_workers=14, runtime=RuntimeConfig(spares=72))
+    assert cfg.spares_on(80 * 2**30) == 26   # 80 GiB / 3 / 1 GiB
+    assert cfg.spares_on(141 * 2**30) == 47
+    assert cfg.spares_on(None) == 72         # the card's memory unknown: as asked
+    assert EvalConfig(device="cuda", max_workers=4).spares_on(80 * 2**30) == 10  # under the cap
+    assert EvalConfig(max_workers=4, runtime=RuntimeConfig(spares=72)).spares_on(2**30) == 72  # CPU
+
+
 def test_runtime_knobs_are_not_judging_settings():
     """Two judges that differ only in throughput machinery give the same verdicts."""
     fast = EvalConfig(runtime=RuntimeConfig(spares=30, ipc_arena=False))

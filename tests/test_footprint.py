@@ -130,6 +130,23 @@ def test_the_plan_streams_tasks_too_large_to_keep_and_sizes_requests():
     assert MemoryPlan(EvalConfig(runtime=RuntimeConfig(memory_budget_mb=8192))).store_limit() == GiB
 
 
+def test_the_budget_counts_only_spares_not_started_yet(monkeypatch):
+    # The driver's free memory already lacks a started spare's CUDA context: counting its overhead
+    # again shut an 80 GB card's budget with a trainer's 72 spares (every judgement then ran
+    # alone). Spares still to start are counted, since they will take their memory later.
+    free = 60 * GiB
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (free, 80 * GiB))
+    cfg = EvalConfig(device="cuda")
+    rt = cfg.runtime
+    margin, overhead = rt.memory_margin_mb << 20, rt.worker_overhead_mb << 20
+    started = MemoryPlan(cfg, spares=40, spares_ready=lambda: 40)
+    assert started.budget_bytes() == free - margin
+    some = MemoryPlan(cfg, spares=40, spares_ready=lambda: 30)
+    assert some.budget_bytes() == free - margin - 10 * overhead
+    unknown = MemoryPlan(cfg, spares=72)  # nothing says what is started: all of them counted
+    assert unknown.budget_bytes() == 0
+
+
 @pytest.mark.parametrize("bad", [{"memory_budget_mb": -1}, {"reference_store_mb": -2},
                                  {"stream_chunk_mb": -1}, {"compile_jobs": 0}])
 def test_memory_knobs_are_validated(bad):

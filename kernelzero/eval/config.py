@@ -36,8 +36,10 @@ class RuntimeConfig:
     prestart: keep spare worker processes started (torch imported, CUDA ready) so start-up is
         off the critical path; each process still judges exactly one module.
     spares: how many (None: 2 max_workers + 2 on cuda, where a start takes seconds; max_workers
-        + 1 on the CPU). A batch needs one worker per candidate and one per new task: a spare
-        pool smaller than that starts the rest while the batch waits (`take_s` in phases_s).
+        + 1 on the CPU); on cuda at most what a third of the card's memory holds at
+        worker_overhead_mb each (EvalConfig.spares_on). A batch needs one worker per candidate
+        and one per new task: a spare pool smaller than that starts the rest while the batch
+        waits (`take_s` in phases_s).
     spare_reserve_mb: GPU memory (MiB) each spare allocates while warming and hands back to its
         own caching allocator, so the first correctness trial's large allocations are carved
         from it instead of going to the driver while other processes share the GPU. Idle spares
@@ -257,3 +259,13 @@ class EvalConfig:
         if self.runtime.spares is not None:
             return self.runtime.spares
         return 2 * self.max_workers + 2 if self.device == "cuda" else self.max_workers + 1
+
+    def spares_on(self, gpu_bytes: int | None) -> int:
+        """spare_pool_size on a card of `gpu_bytes`: at most as many as a third of its memory
+        holds at worker_overhead_mb each. A spare holds its CUDA context and library handles
+        (729 MiB measured on an H100): a trainer's 72 spares took 52 of the card's 80 GB, which
+        left its judgements no memory budget, so they ran one at a time (docs/perf.md)."""
+        size = self.spare_pool_size
+        if self.device != "cuda" or not gpu_bytes:
+            return size
+        return min(size, max(1, gpu_bytes // 3 // (self.runtime.worker_overhead_mb << 20)))

@@ -25,15 +25,25 @@ import sys
 TIMING_METHOD = "events-pipelined-v7"
 
 
-def probe_gpu_name() -> str | None:
-    """The GPU's name, asked of a throwaway process so the judge never initialises CUDA itself."""
+def probe_gpu() -> tuple[str | None, int | None]:
+    """The GPU's name and memory in bytes, asked of a throwaway process so the judge never
+    initialises CUDA itself; (None, None) when it cannot tell."""
     import subprocess
+    code = ("import torch; p = torch.cuda.get_device_properties(0); "
+            "print(p.total_memory); print(torch.cuda.get_device_name())")
     try:
-        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.get_device_name())"],
-                             capture_output=True, text=True, timeout=120)
-        return out.stdout.strip().splitlines()[-1] if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        lines = out.stdout.strip().splitlines()
+        if out.returncode != 0 or len(lines) < 2:
+            return None, None
+        return lines[-1], int(lines[-2])
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None, None
+
+
+def probe_gpu_name() -> str | None:
+    """The GPU's name (probe_gpu)."""
+    return probe_gpu()[0]
 
 
 def _version(pkg: str) -> str | None:

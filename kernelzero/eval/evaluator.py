@@ -29,7 +29,7 @@ from kernelzero.eval.batch import JudgingBatch
 from kernelzero.eval.worker.builds import BuildCache
 from kernelzero.eval.compare import warm_up_comparison
 from kernelzero.eval.config import EvalConfig
-from kernelzero.eval.environment import probe_gpu_name
+from kernelzero.eval.environment import probe_gpu
 from kernelzero.eval.device.footprint import gib
 from kernelzero.eval.device.memory_gate import out_of_memory
 from kernelzero.eval.device.memory_plan import MemoryPlan
@@ -95,20 +95,21 @@ class Evaluator:
         self._tmp.mkdir(parents=True, exist_ok=True)
         # compiled extensions by candidate source, kept where no worker writes (builds.py)
         self.builds = BuildCache(self._tmp / "build_cache", self.config)
-        self._gpu_name: str | None = probe_gpu_name() if self.config.device == "cuda" else None
+        self._gpu_name, gpu_bytes = probe_gpu() if self.config.device == "cuda" else (None, None)
         self._live: set[SandboxWorker] = set()
         # Every candidate takes a spare and every new task one more (its reference); on a GPU a
         # spare takes seconds to start (torch, CUDA context, library handles), so keep enough that
         # neither ever waits for one. The 2-core CPU case keeps the pool small.
         runtime = self.config.runtime
         self.spares = SparePool(self.config.device, self.limits, self.config.work_dir,
-                                size=self.config.spare_pool_size if runtime.prestart else 0,
+                                size=self.config.spares_on(gpu_bytes) if runtime.prestart else 0,
                                 start_method=self.config.worker_start,
                                 reserve_mb=runtime.spare_reserve_mb)
         self.aborted = False
         # Device memory: each judgement and reference run admitted for its footprint, an
         # out-of-memory verdict judged again alone (memory_gate.py, memory_plan.py).
-        self.memory = MemoryPlan(self.config, self.spares.size, reclaim=self.references.reclaim)
+        self.memory = MemoryPlan(self.config, self.spares.size, reclaim=self.references.reclaim,
+                                 spares_ready=self.spares.ready)
 
     # ------------------------------------------------------------------ public API
     def __enter__(self):

@@ -22,10 +22,11 @@ IN_PLACE_BYTES = 256 * MiB  # a reference's outputs from this size are shared, n
 
 
 class MemoryPlan:
-    def __init__(self, cfg: EvalConfig, spares: int = 0, reclaim=None):
+    def __init__(self, cfg: EvalConfig, spares: int = 0, reclaim=None, spares_ready=None):
         """spares: the spare workers kept started (their overhead leaves the budget);
-        reclaim: the gate's (memory_gate.MemoryGate)."""
-        self.cfg, self.spares = cfg, spares
+        reclaim: the gate's (memory_gate.MemoryGate); spares_ready: how many spares are
+        started now (their memory is already gone from what the driver reports free)."""
+        self.cfg, self.spares, self.spares_ready = cfg, spares, spares_ready
         self._budget: int | None = None
         self._measured = False
         self.gate = MemoryGate(None, reclaim)
@@ -64,7 +65,10 @@ class MemoryPlan:
 
     def budget_bytes(self) -> int | None:
         """RuntimeConfig.memory_budget_mb, or on cuda the memory free now (read once) less the
-        margin and the spares' overhead; None (no limit) on the CPU."""
+        margin and the overhead of the spares not started yet; None (no limit) on the CPU.
+        A started spare's CUDA context is already missing from the free memory: counting its
+        overhead again shut the budget on an 80 GB card with a trainer's 72 spares, and every
+        judgement then ran alone (0.27 a second; docs/perf.md)."""
         rt = self.cfg.runtime
         if rt.memory_budget_mb is not None:
             return rt.memory_budget_mb * MiB
@@ -73,8 +77,10 @@ class MemoryPlan:
         if not self._measured:
             import torch
             free = torch.cuda.mem_get_info()[0]
+            ready = self.spares_ready() if self.spares_ready is not None else 0
+            to_start = max(0, self.spares - ready)
             self._budget = max(0, free - (rt.memory_margin_mb
-                                          + self.spares * rt.worker_overhead_mb) * MiB)
+                                          + to_start * rt.worker_overhead_mb) * MiB)
             self._measured = True
         return self._budget
 

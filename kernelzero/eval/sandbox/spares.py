@@ -128,6 +128,10 @@ class SparePool:
             raise
         return w
 
+    def ready(self) -> int:
+        """Spares started and waiting to be taken (each holds its CUDA context on a GPU)."""
+        return self._ready.qsize()
+
     def pause(self) -> None:
         """Close the ready spares and keep none until `resume` (each holds a CUDA context and
         library workspaces: a judgement that must run alone gets that memory back). `take`
