@@ -170,13 +170,14 @@ rl)
   # tiny-cpu's recipe with 4 rounds and 4x the rollouts a step: the Coder samples and trains on the
   # card; its kernels are judged by the CPU evaluator on the host's cores (this image's Triton 3.6
   # interpreter fails rowwise and matmul kernels that pass under 3.9, so elementwise chains only:
-  # KZ_RL_SETS adds or replaces settings). Each seed has its own limit (KZ_RL_LIMIT_S).
+  # KZ_RL_SETS adds or replaces settings). Each seed has its own limit (KZ_RL_LIMIT_S). Sampled at
+  # temperature 1.0, as measured on 6 Dec (tiny-cpu samples at 1.3 since 7 Dec).
   for seed in ${KZ_SEEDS:-0 1 2}; do
     timeout --signal=INT --kill-after=20 "${KZ_RL_LIMIT_S:-170}" python3 -m kernelzero train --config tiny-cpu \
       --out "$OUT/rl-seed$seed" --set seed=$seed --set device=cuda --set torch_threads=null --set rounds=4 \
       --set coder_steps=${KZ_RL_STEPS:-16} --set coder.prompts_per_step=8 --set seed_tasks=family:2000 \
       --set 'cold_start.family.kinds=[elementwise]' --set heldout.family=100 --set heldout.ood_long=100 \
-      --set eval.max_workers=${KZ_RL_WORKERS:-14} ${KZ_RL_SETS:-} > "$OUT/rl-seed$seed.log" 2>&1
+      --set eval.max_workers=${KZ_RL_WORKERS:-14} --set coder.temperature=1.0 ${KZ_RL_SETS:-} > "$OUT/rl-seed$seed.log" 2>&1
     echo "rl seed $seed rc=$?"; tail -n 12 "$OUT/rl-seed$seed.log"
     rm -rf "$OUT/rl-seed$seed/ckpt" "$OUT/rl-seed$seed/tb"  # weights and optimizer: not returned
   done
