@@ -363,7 +363,8 @@ class TrainConfig:
         the spare pool holds one worker per candidate and task of a Coder step, started ahead so
         that process starts stay out of the batch (on the H200 a 30-worker batch judged in 9.3-9.5 s
         with 30 spares and 14.4-16.1 s with 18: docs/history/perf-log.md); each spare holds a
-        CUDA context and library handles (roughly 0.5-1 GB of GPU memory; an estimate)."""
+        CUDA context and library handles (729 MiB on an H100), so the judge keeps the pool to a
+        third of the card's memory (EvalConfig.spares_on)."""
         from kernelzero.eval import EvalConfig
         cfg = EvalConfig(**self.eval_kwargs())
         runtime = self.eval.get("runtime") or {}
