@@ -147,6 +147,13 @@ def test_the_budget_counts_only_spares_not_started_yet(monkeypatch):
     assert unknown.budget_bytes() == 0
 
 
+def test_the_evaluator_tells_its_plan_how_many_spares_are_started(tmp_path):
+    from kernelzero.eval import Evaluator
+    with Evaluator(EvalConfig(max_workers=1, work_dir=str(tmp_path),
+                              runtime=RuntimeConfig(prestart=False))) as ev:
+        assert ev.memory.spares_ready is not None and ev.memory.spares_ready() == ev.spares.ready() == 0
+
+
 @pytest.mark.parametrize("bad", [{"memory_budget_mb": -1}, {"reference_store_mb": -2},
                                  {"stream_chunk_mb": -1}, {"compile_jobs": 0}])
 def test_memory_knobs_are_validated(bad):
