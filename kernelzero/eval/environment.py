@@ -41,11 +41,6 @@ def probe_gpu() -> tuple[str | None, int | None]:
         return None, None
 
 
-def probe_gpu_name() -> str | None:
-    """The GPU's name (probe_gpu)."""
-    return probe_gpu()[0]
-
-
 def _version(pkg: str) -> str | None:
     try:
         return importlib.metadata.version(pkg)
