@@ -16,8 +16,8 @@ modules at GPU sizes (all correct, so every one runs every phase) in one `judge_
 Arms (`--arms`, each with its own evaluator and its own modules, so nothing is cached between
 them): `train` (the trainer's evaluator: EvalConfig of --preset, its spare pool included),
 `train-fork` (the same, workers forked from a fork server instead of spawned),
-`train-double-count` (the budget counting the started spares' memory twice, as the judge did
-before 7 Dec), `untimed` (the `train` arm without timing). Stopped by SIGTERM (`timeout`), an
+`train-double-count` (the judge before 7 Dec: the spare pool as the trainer asks for it, with no
+cap, and the budget counting the started spares' memory twice), `untimed` (the `train` arm without timing). Stopped by SIGTERM (`timeout`), an
 arm keeps what it judged and the file is written.
 
     python bench/judge_profile.py --n 30 --arms train,train-fork --out judge_profile.json
@@ -73,10 +73,13 @@ def run_arm(arm: str, pairs, preset: str, limit_s: float) -> dict:
     trace = tempfile.mktemp(prefix="kz-gpu-lock-", suffix=".trace")
     os.environ["KZ_GPU_LOCK_TRACE"] = trace
     free0 = free_mib()
-    out = {"arm": arm, "n": len(pairs), "max_workers": cfg.max_workers, "spares": cfg.spare_pool_size,
-           "timed": cfg.timed, "free_before_mib": free0}
+    out = {"arm": arm, "n": len(pairs), "max_workers": cfg.max_workers, "timed": cfg.timed,
+           "free_before_mib": free0}
     with Evaluator(cfg) as ev:
-        out["spares"] = ev.spares.size  # after the cap by the card's memory
+        if arm == "train-double-count":  # the judge before 7 Dec: the pool as asked, no cap ...
+            ev.spares.size = ev.memory.spares = cfg.spare_pool_size
+            ev.memory.spares_ready = None  # ... and every spare's overhead counted, started or not
+        out["spares"] = ev.spares.size  # the cap by the card's memory applied (other arms)
         t0 = time.perf_counter()
         out["spares_ready"] = ev.warm_up()
         out["warm_up_s"] = time.perf_counter() - t0
@@ -84,8 +87,6 @@ def run_arm(arm: str, pairs, preset: str, limit_s: float) -> dict:
         out["free_with_spares_mib"] = free1
         if free0 is not None and out["spares_ready"]:
             out["mib_per_spare"] = (free0 - free1) / out["spares_ready"]
-        if arm == "train-double-count":
-            ev.memory.spares_ready = None  # every spare's overhead counted, started or not
         judged: dict[int, object] = {}
         t0, w0 = time.perf_counter(), time.time()
 
