@@ -56,6 +56,10 @@ class FastGenConfig:
     compact: without a graph (the CPU), decode only the rows still running: at a look, once a
         quarter of the batch has finished, its rows leave the batch (their K/V with them), so a
         batch's cost follows its rows' lengths, not its longest row's. A graph has fixed shapes.
+    grouped_decode: on the CPU, a decode step's attention takes the query heads that share a
+        key-value head as that head's query positions, instead of `enable_gqa` (which copies the
+        keys for every query head); the same tokens (bench/heldout_sampling.py --compare
+        grouped). Not measured on a GPU, so not used there.
     """
 
     max_batch: int = 256
@@ -64,6 +68,7 @@ class FastGenConfig:
     cuda_graph: bool = True
     check_every: int = 16
     compact: bool = True
+    grouped_decode: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch < 1 or self.max_len < 2 or self.check_every < 1:
@@ -206,8 +211,14 @@ class FastGenerator:
             else:  # decode: one slot, index on the device
                 kc.index_copy_(2, start, k)
                 vc.index_copy_(2, start, v)
-            att = F.scaled_dot_product_attention(q, kc[:, :, :S], vc[:, :, :S], attn_mask=mask,
-                                                 enable_gqa=H != KV)
+            if t == 1 and H != KV and self.config.grouped_decode and ids.device.type == "cpu":
+                # Decode: the query heads of a key-value group read the same keys, so they enter
+                # as that group's query positions (one mask serves them all).
+                att = F.scaled_dot_product_attention(q.reshape(B, KV, H // KV, D), kc[:, :, :S], vc[:, :, :S],
+                                                     attn_mask=mask).view(B, H, 1, D)
+            else:
+                att = F.scaled_dot_product_attention(q, kc[:, :, :S], vc[:, :, :S], attn_mask=mask,
+                                                     enable_gqa=H != KV)
             h = h + F.linear(att.transpose(1, 2).reshape(B, t, H * D), L["o"])
             x = _rms_norm(h, L["ln2"], w.eps)
             gate, up = F.linear(x, L["gate_up"]).chunk(2, dim=-1)
