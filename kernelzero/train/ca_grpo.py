@@ -31,6 +31,7 @@ from kernelzero.tasks import Candidate, Task
 from kernelzero.train.checkpoint import OptimizerCarryMixin
 from kernelzero.train.config import CAGRPOConfig, TrainConfig
 from kernelzero.train.fast_rollouts import FastRolloutMixin
+from kernelzero.train.left_aligned import LeftAlignedLogpsMixin
 from kernelzero.train.judging import Judge
 from kernelzero.train.rewards import ca_grpo_rewards, verdict_reward_parts
 from kernelzero.train.sft import checkpointing
@@ -98,7 +99,8 @@ class EvaluatorReward(RawRewardSource):
         return [verdict_reward_parts(v, self.ca.s_max, self.ca.speed_transform) for v in verdicts]
 
 
-class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, GRPOTrainer):
+class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, LeftAlignedLogpsMixin,
+                    GRPOTrainer):
     """GRPOTrainer whose rewards are CA-GRPO's, with the group gate applied after the gather.
 
     `reward` is the per-process RawRewardSource; `ca` holds alpha, beta and the group size.
