@@ -6,6 +6,8 @@ steps under each variant of the trainer's settings; steps/s and tokens/s after a
 Variants (each on top of `kernelzero.train.sft.build_sft_trainer`, as a cold start builds it):
     base      the cold start's trainer (the loss logged every step, which waits for the device)
     log50     the loss logged every 50 steps (`SFTRunConfig.logging_steps`)
+    mask      log50 with the attention mask kept on right-padded batches (as before 7 Dec;
+              `sft.drop_right_padding_mask` drops it, so attention takes its causal fast path)
     workers   log50, and two dataloader worker processes collating beside the GPU
     compile   log50, and the model compiled in place (`torch.compile`, dynamic shapes; the first
               steps pay the compilation)
@@ -50,6 +52,8 @@ def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, 
                        bf16=torch.cuda.is_available(), logging_steps=1 if name == "base" else 50)
     clock = step_clock()
     trainer = build_sft_trainer(init, rows, work / name, cfg, callbacks=[clock])
+    if name == "mask":
+        trainer.mask_hook.remove()
     if name == "workers":
         trainer.args.dataloader_num_workers = 2
     if name == "compile":

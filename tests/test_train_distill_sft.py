@@ -101,3 +101,34 @@ def test_sft_rejects_data_in_another_format(tiny, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"text": "hello"}) + "\n")
     assert main(["sft", "--model", str(tiny), "--data", str(bad), "--out", str(tmp_path / "o")]) == 2
+
+
+def test_right_padded_batches_train_without_a_mask_and_score_the_same():
+    """sft.drop_right_padding_mask: a right-padded batch reaches the model without its mask (the
+    causal fast path) with the same loss and gradients; a left-padded one keeps its mask."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from kernelzero.train.sft import drop_right_padding_mask
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    plain, hooked = Qwen2ForCausalLM(cfg), Qwen2ForCausalLM(cfg)
+    hooked.load_state_dict(plain.state_dict())
+    drop_right_padding_mask(hooked)
+    masks = []
+    hooked.model.register_forward_pre_hook(lambda m, a, k: masks.append(k.get("attention_mask")), with_kwargs=True)
+    ids = torch.randint(3, 97, (3, 12))
+    right = torch.tensor([[1] * 12, [1] * 7 + [0] * 5, [1] * 3 + [0] * 9])
+    for mask in (right, right.flip(1)):  # right-padded, then left-padded
+        labels = ids.masked_fill(mask == 0, -100)
+        losses, grads = [], []
+        for model in (plain, hooked):
+            model.zero_grad()
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            losses.append(loss.detach())
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        torch.testing.assert_close(losses[1], losses[0])
+        torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
+    assert masks[0] is None and masks[1] is not None

@@ -231,11 +231,34 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
         callbacks.append(schedule.callback())
     if cfg.time_limit_s:
         callbacks.append(time_limit_callback(cfg.time_limit_s))
-    return trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
-                      train_dataset=Dataset.from_list(train),
-                      eval_dataset=Dataset.from_list(held) if held else None,
-                      processing_class=AutoTokenizer.from_pretrained(model), peft_config=peft_config,
-                      callbacks=callbacks)
+    trainer = trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
+                          train_dataset=Dataset.from_list(train),
+                          eval_dataset=Dataset.from_list(held) if held else None,
+                          processing_class=AutoTokenizer.from_pretrained(model), peft_config=peft_config,
+                          callbacks=callbacks)
+    trainer.mask_hook = drop_right_padding_mask(trainer.model)  # .remove() restores the masks
+    return trainer
+
+
+def drop_right_padding_mask(model):
+    """Let `model` run causal attention without a mask on batches padded on the right only.
+
+    TRL's collator pads every row on the right, and a causal model never reads a later position,
+    so a real token's output is the same with the mask or without it, while the labels (-100 on
+    the padding) keep the loss on real tokens. Without a mask, PyTorch's attention takes its causal
+    fast path: a forward and backward of the shipped Coder over 16 rows of 500-1,200 tokens took
+    3.3 s instead of 4.4-5.6 s on the CPU, with the same loss and gradients. A mask with padding
+    anywhere else (a left-padded generation batch) is kept. Returns the hook's handle."""
+    import torch
+
+    def hook(module, args, kwargs):
+        mask = kwargs.get("attention_mask")
+        if (isinstance(mask, torch.Tensor) and mask.dim() == 2 and kwargs.get("past_key_values") is None
+                and bool((mask[:, 1:] <= mask[:, :-1]).all() & mask[:, 0].ne(0).all())):
+            kwargs = {**kwargs, "attention_mask": None}
+        return args, kwargs
+
+    return model.register_forward_pre_hook(hook, with_kwargs=True)
 
 
 def _copy_weighted(base, weight: float):
