@@ -19,6 +19,11 @@ Resumable and accumulating: every (arm, seed) run lives in WORK/<arm>-s<seed>; a
 OUT.json under the base config's fingerprint (a run with another budget goes elsewhere). Each
 invocation rewrites OUT.json, OUT.md (the tables) and OUT.png from everything done so far.
 
+Every arm of a seed starts from the same Coder and is judged on the same held-out tasks, so its
+round 0 (before RL) is the same for all: a new run gets the round-0 held-out verdicts of a run of
+its seed already in WORK (copied lines, their integrity tags intact), and its round 0 costs the
+sampling alone (on a GPU, judging 100 held-out modules takes minutes).
+
 Figures: for every arm and held-out set, greedy pass@1 of the final round, pooled over seeds
 (each task's correctness averaged over the seeds), with a percentile bootstrap CI over tasks;
 and each arm's difference to `sft` (and `frontier` to `uniform`), paired by task, with its CI.
@@ -90,6 +95,31 @@ def final_outcomes(run_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str
         raise SystemExit(f"{run_dir}: no outcomes.jsonl under reports/round_{last}/ (a run made "
                          "before held-out outcomes were written: run it again)")
     return correct, fast
+
+
+def share_baseline(work: Path, seed: int, run_dir: Path) -> tuple[int, str | None]:
+    """Before a new run starts in `run_dir`: copy the round-0 held-out verdict lines of another
+    run of `seed` in `work` into `run_dir/verdicts.jsonl`, so the new run's judge answers its
+    round 0 from its cache. Verbatim lines (the tags check out under the same verdict key); only
+    round 0's held-out lines (rollouts and later rounds are each arm's own). Returns (lines
+    copied, the run they came from)."""
+    for other in sorted(work.glob(f"*-s{seed}")):
+        src = other / "verdicts.jsonl"
+        if other == run_dir or not src.exists():
+            continue
+        lines = []
+        for line in src.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line of a killed run
+            if rec.get("phase") == "heldout" and rec.get("round") == 0:
+                lines.append(line)
+        if lines:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "verdicts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            return len(lines), other.name
+    return 0, None
 
 
 def _bootstrap(values: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
@@ -249,6 +279,11 @@ def main(argv=None) -> int:
                 if args.max_runs and new >= args.max_runs:
                     continue
                 print(f"== ablation {arm} seed {seed} -> {run_dir}", flush=True)
+                if not run_dir.exists():
+                    n, src = share_baseline(work, seed, run_dir)
+                    if n:
+                        print(f"   round 0: {n} held-out verdicts from {src} (the same Coder, the same "
+                              "tasks)", flush=True)
                 t0 = time.perf_counter()
                 cfg = from_dict(arm_config(base, arm, seed, args.coder))
                 Loop(cfg, run_dir, resume=run_dir.exists()).run()

@@ -102,3 +102,33 @@ def test_the_gate_arms_get_fast_1_tables_beside_pass_at_1(tmp_path, monkeypatch)
     (entry,) = store.values()
     assert entry["tables_fast_1"]["arms"]["uniform"]["sets"]["in_family"]["fast_1"] == 1.0
     assert out.with_suffix(".png").exists() and (tmp_path / "gate-fast_1.png").exists()
+
+
+def test_a_new_arm_gets_round_0_held_out_verdicts_of_its_seed_and_nothing_else(tmp_path):
+    """An arm's round 0 is the same Coder on the same held-out tasks as the other arms of its seed,
+    so its judge answers it from copied verdicts; the copies keep their tags (the cache loads
+    them), and no rollout, later round or other seed's verdict crosses over."""
+    from kernelzero.eval import Verdict
+    from kernelzero.integrity import VerdictKey
+    from kernelzero.train.judging import VerdictCache
+
+    key = VerdictKey(b"k" * 32)
+    work = tmp_path / "fp"
+    done = VerdictCache(work / "sft-s0" / "verdicts.jsonl", key=key)
+    v = Verdict("correct", "judged", speedup=1.5)
+    done.put_many([("t0:c0", {"round": 0, "phase": "heldout", "set": "in_family"}, v),
+                   ("t1:c1", {"round": 0, "phase": "heldout", "set": "in_family"}, v),
+                   ("t2:c2", {"round": 0, "phase": "coder"}, v),
+                   ("t3:c3", {"round": 1, "phase": "heldout", "set": "in_family"}, v)])
+    VerdictCache(work / "sft-s1" / "verdicts.jsonl", key=key).put_many(
+        [("t9:c9", {"round": 0, "phase": "heldout"}, v)])
+    with open(work / "sft-s0" / "verdicts.jsonl", "a") as f:
+        f.write('{"key": "torn')  # a killed run's half line
+
+    n, src = ablation.share_baseline(work, 0, work / "uniform-s0")
+    assert (n, src) == (2, "sft-s0")
+    got = VerdictCache(work / "uniform-s0" / "verdicts.jsonl", key=key)
+    assert got.keys() == {"t0:c0", "t1:c1"} and not got.refused
+    assert got.get("t0", "c0").speedup == 1.5
+    assert ablation.share_baseline(work, 2, work / "uniform-s2") == (0, None)
+    assert not (work / "uniform-s2").exists()
