@@ -165,7 +165,8 @@ def markdown(figs: dict, meta: dict, metric: str = "pass@1", title: bool = True)
     head = [f"# Ablation: held-out greedy {metric} of the final round", "",
             f"Base config `{meta['base']}` (fingerprint {meta['fingerprint']}), Coder "
             f"`{meta['coder']}`; pooled over seeds, 95% bootstrap CI over tasks. "
-            f"Written by `python bench/ablation.py` on {meta['written']} ({meta['machine']}).", ""]
+            f"Tables written by `python bench/ablation.py` on {meta['written']} ({meta['machine']}).",
+            *([f"Runs: {meta['ran_on']}."] if meta.get("ran_on") else []), ""]
     lines = (head if title else [f"## Greedy {metric} of the final round", ""]) + [
         "| arm | seeds | " + " | ".join(sets) + " |", "|---|---|" + "---|" * len(sets)]
     for arm, a in figs["arms"].items():
@@ -289,6 +290,9 @@ def main(argv=None) -> int:
                 Loop(cfg, run_dir, resume=run_dir.exists()).run()
                 new += 1
                 print(f"== {arm} seed {seed} done in {time.perf_counter() - t0:.0f} s", flush=True)
+                # Where each run ran: a timed arm's speed-ups are of that card.
+                entry.setdefault("ran_on", {}).setdefault(arm, {})[str(seed)] = \
+                    f"{_machine()}, {time.strftime('%Y-%m-%d')}"
             correct, fast = final_outcomes(run_dir)
             entry["results"].setdefault(arm, {})[str(seed)] = correct
             if fast:
@@ -298,7 +302,9 @@ def main(argv=None) -> int:
     figs = tables(entry["results"])
     entry["tables"] = figs
     meta = {"base": " ".join([args.base, *(f"--set {x}" for x in args.set)]), "fingerprint": fp, "coder": args.coder or base.get("coder_model"),
-            "written": time.strftime("%Y-%m-%d"), "machine": _machine()}
+            "written": time.strftime("%Y-%m-%d"), "machine": _machine(),
+            "ran_on": "; ".join(f"{arm} s{seed}: {where}" for arm, by in entry.get("ran_on", {}).items()
+                                for seed, where in by.items())}
     md = markdown(figs, meta)
     plot(figs, out.with_suffix(".png"))
     if entry.get("fast_1"):  # timed held-out kernels: the same tables for fast_1
