@@ -98,27 +98,23 @@ def final_outcomes(run_dir: Path) -> tuple[dict[str, dict[str, float]], dict[str
 
 
 def share_baseline(work: Path, seed: int, run_dir: Path) -> tuple[int, str | None]:
-    """Before a new run starts in `run_dir`: copy the round-0 held-out verdict lines of another
+    """Before a new run starts in `run_dir`: copy the round-0 held-out verdict records of another
     run of `seed` in `work` into `run_dir/verdicts.jsonl`, so the new run's judge answers its
-    round 0 from its cache. Verbatim lines (the tags check out under the same verdict key); only
-    round 0's held-out lines (rollouts and later rounds are each arm's own). Returns (lines
-    copied, the run they came from)."""
+    round 0 from its cache (which checks every record's tag as it loads them, as on a resume).
+    Only round 0's held-out records: rollouts and later rounds are each arm's own. Returns
+    (records copied, the run they came from)."""
+    from kernelzero.train.judging import load_verdict_records
+
     for other in sorted(work.glob(f"*-s{seed}")):
-        src = other / "verdicts.jsonl"
-        if other == run_dir or not src.exists():
+        if other == run_dir:
             continue
-        lines = []
-        for line in src.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
-            if rec.get("phase") == "heldout" and rec.get("round") == 0:
-                lines.append(line)
-        if lines:
+        recs = [{k: v for k, v in r.items() if k != "integrity"} for r in load_verdict_records(other)
+                if r.get("phase") == "heldout" and r.get("round") == 0]
+        if recs:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "verdicts.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-            return len(lines), other.name
+            (run_dir / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs),
+                                                    encoding="utf-8")
+            return len(recs), other.name
     return 0, None
 
 
@@ -270,8 +266,10 @@ def main(argv=None) -> int:
     store = json.loads(store_path.read_text()) if store_path.exists() else {}
     entry = store.setdefault(fp, {"base": str(args.base), "coder": args.coder, "results": {}})
     work = Path(args.work) / fp
-    new = 0
+    new, stopped = 0, False
     for arm in arms:
+        if stopped:
+            break
         for seed in seeds:
             if str(seed) in entry["results"].get(arm, {}):
                 continue
@@ -287,7 +285,14 @@ def main(argv=None) -> int:
                               "tasks)", flush=True)
                 t0 = time.perf_counter()
                 cfg = from_dict(arm_config(base, arm, seed, args.coder))
-                Loop(cfg, run_dir, resume=run_dir.exists()).run()
+                try:
+                    Loop(cfg, run_dir, resume=run_dir.exists()).run()
+                except KeyboardInterrupt:  # a time limit's SIGINT (bench/learning_gpu.sh gate)
+                    print(f"== {arm} seed {seed} stopped after {time.perf_counter() - t0:.0f} s, before "
+                          f"its end: not counted (its work is in {run_dir}); the tables below hold the "
+                          "runs that finished", flush=True)
+                    stopped = True
+                    break
                 new += 1
                 print(f"== {arm} seed {seed} done in {time.perf_counter() - t0:.0f} s", flush=True)
                 # Where each run ran: a timed arm's speed-ups are of that card.
@@ -299,6 +304,9 @@ def main(argv=None) -> int:
                 entry.setdefault("fast_1", {}).setdefault(arm, {})[str(seed)] = fast
             store_path.parent.mkdir(parents=True, exist_ok=True)
             store_path.write_text(json.dumps(store, indent=1) + "\n")
+    if not entry["results"]:
+        print("no run has finished: no tables yet", flush=True)
+        return 130 if stopped else 0
     figs = tables(entry["results"])
     entry["tables"] = figs
     meta = {"base": " ".join([args.base, *(f"--set {x}" for x in args.set)]), "fingerprint": fp, "coder": args.coder or base.get("coder_model"),
@@ -314,7 +322,7 @@ def main(argv=None) -> int:
     store_path.write_text(json.dumps(store, indent=1) + "\n")
     out.with_suffix(".md").write_text(md)
     print(md)
-    return 0
+    return 130 if stopped else 0
 
 
 if __name__ == "__main__":

@@ -132,3 +132,33 @@ def test_a_new_arm_gets_round_0_held_out_verdicts_of_its_seed_and_nothing_else(t
     assert got.get("t0", "c0").speedup == 1.5
     assert ablation.share_baseline(work, 2, work / "uniform-s2") == (0, None)
     assert not (work / "uniform-s2").exists()
+
+
+def test_a_run_stopped_by_the_limit_ends_with_a_line_and_the_tables_of_the_finished_ones(tmp_path, monkeypatch, capsys):
+    """`timeout --signal=INT` cuts an arm: no traceback, the arm is not counted, and the tables of
+    the arms that finished are written (before, the store was left with no tables)."""
+    import json
+
+    tasks = [f"t{i}" for i in range(10)]
+
+    class FakeLoop:
+        def __init__(self, cfg, out, resume=False):
+            self.cfg, self.out = cfg, out
+
+        def run(self):
+            if "uniform" in self.cfg.name:
+                raise KeyboardInterrupt
+            _run_dir(Path(self.out), [{"task": t, "correct": True, "speedup": 2.0} for t in tasks])
+
+    import kernelzero.train.loop as loop
+    monkeypatch.setattr(loop, "Loop", FakeLoop)
+    out = tmp_path / "gate"
+    rc = ablation.main(["--base", "ablation-gate-gpu", "--arms", "sft,uniform,correct_only", "--seeds", "0",
+                        "--out", str(out), "--work", str(tmp_path / "runs")])
+    assert rc == 130
+    said = capsys.readouterr().out
+    assert "uniform seed 0 stopped" in said and "Traceback" not in said
+    (entry,) = json.loads(out.with_suffix(".json").read_text()).values()
+    assert set(entry["results"]) == {"sft"}  # correct_only never started, uniform not counted
+    assert entry["tables"]["arms"]["sft"]["sets"]["in_family"]["pass@1"] == 1.0
+    assert "| sft | 1 |" in out.with_suffix(".md").read_text()
