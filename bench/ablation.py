@@ -50,6 +50,7 @@ ARMS = {
     "speed_first": {"proposer_steps": 0, "proposer_model": "tiny", "coder": {"alpha": 0.0}},
     "correct_only": {"proposer_steps": 0, "proposer_model": "tiny", "coder": {"beta": 0.0}},
 }
+RAN_ON = "ran_on.txt"  # in a run's folder: the machine and date it ran on
 PAIRS = [("uniform", "sft"), ("frontier", "sft"), ("frontier", "uniform"), ("frozen", "uniform"),
          ("frontier", "frozen"), ("uniform", "correct_only"), ("speed_first", "uniform")]
 
@@ -295,9 +296,13 @@ def main(argv=None) -> int:
                     break
                 new += 1
                 print(f"== {arm} seed {seed} done in {time.perf_counter() - t0:.0f} s", flush=True)
-                # Where each run ran: a timed arm's speed-ups are of that card.
+                # Where each run ran (a timed arm's speed-ups are of that card), kept in the run's
+                # folder too: a later invocation that finds the run finished, without the store
+                # this one writes (another call on the same machine), still knows it.
+                (run_dir / RAN_ON).write_text(f"{_machine()}, {time.strftime('%Y-%m-%d')}\n")
+            if (run_dir / RAN_ON).exists():
                 entry.setdefault("ran_on", {}).setdefault(arm, {})[str(seed)] = \
-                    f"{_machine()}, {time.strftime('%Y-%m-%d')}"
+                    (run_dir / RAN_ON).read_text().strip()
             correct, fast = final_outcomes(run_dir)
             entry["results"].setdefault(arm, {})[str(seed)] = correct
             if fast:

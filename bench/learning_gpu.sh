@@ -13,7 +13,10 @@
 #                                           # ablation-gate-gpu: kernels judged and timed on the
 #                                           # card): the arms in KZ_GATE_ARMS missing from
 #                                           # docs/ablation-gate.json, seeds KZ_SEEDS (default 0),
-#                                           # until KZ_GATE_LIMIT_S; OUT gets the updated tables
+#                                           # until KZ_GATE_LIMIT_S; OUT gets the updated tables.
+#                                           # KZ_GATE_SETS: --set's for every arm (another budget,
+#                                           # another fingerprint); KZ_GATE_OUT: the tables' name
+#                                           # (default docs/ablation-gate)
 # Needs: the verified distillation rows gzipped (KZ_DATA; default data/family-train.jsonl.gz, the
 # rows committed with the repository, else .data/family-train.jsonl.gz; made on any
 # machine by `kernelzero distill --teacher compiler ...` or a coder-cpu run's cold start, whose
@@ -186,11 +189,12 @@ gate)
   # Resumable across calls: an arm is recorded in docs/ablation-gate.json when its run finishes;
   # carry that file back to run the rest. A run cut by the limit is lost (its work dir is not kept).
   seeds=$(echo ${KZ_SEEDS:-0} | tr ' ' ,)
+  gate_out=${KZ_GATE_OUT:-docs/ablation-gate}
   timeout --signal=INT --kill-after=20 "${KZ_GATE_LIMIT_S:-520}" python3 bench/ablation.py --base ablation-gate-gpu \
-    --arms "${KZ_GATE_ARMS:-sft,uniform,correct_only,speed_first}" --seeds "$seeds" --out docs/ablation-gate \
+    --arms "${KZ_GATE_ARMS:-sft,uniform,correct_only,speed_first}" --seeds "$seeds" --out "$gate_out" \
     --work /tmp/gate-runs ${KZ_GATE_SETS:-} > "$OUT/gate.log" 2>&1
   echo "gate rc=$?"; grep -E "^== |coder: |held-out .*pass@1" "$OUT/gate.log"
-  cp docs/ablation-gate.* docs/ablation-gate-fast_1.png "$OUT/" 2>/dev/null
+  cp "$gate_out".* "$gate_out-fast_1.png" "$OUT/" 2>/dev/null
   for r in /tmp/gate-runs/*/*/; do  # each run's summary and step log: the step-time split
     n=$(basename "$r"); mkdir -p "$OUT/runs/$n"; cp "$r/summary.json" "$r/steps.jsonl" "$OUT/runs/$n/" 2>/dev/null
     cp -r "$r/reports" "$OUT/runs/$n/" 2>/dev/null

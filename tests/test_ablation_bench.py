@@ -162,3 +162,30 @@ def test_a_run_stopped_by_the_limit_ends_with_a_line_and_the_tables_of_the_finis
     assert set(entry["results"]) == {"sft"}  # correct_only never started, uniform not counted
     assert entry["tables"]["arms"]["sft"]["sets"]["in_family"]["pass@1"] == 1.0
     assert "| sft | 1 |" in out.with_suffix(".md").read_text()
+
+
+def test_a_run_finished_by_an_earlier_invocation_keeps_the_machine_it_ran_on(tmp_path, monkeypatch):
+    """A second call on the same machine finds the first call's runs finished in WORK without the
+    store that call wrote (the device copies the work tree afresh): the tables still say where
+    those runs ran (7 Dec: the markdown named only the arm run by the last call)."""
+    import json
+
+    class FakeLoop:
+        def __init__(self, cfg, out, resume=False):
+            self.cfg, self.out = cfg, out
+
+        def run(self):
+            _run_dir(Path(self.out), [{"task": "t0", "correct": True, "speedup": 2.0}])
+
+    import kernelzero.train.loop as loop
+    monkeypatch.setattr(loop, "Loop", FakeLoop)
+    monkeypatch.setattr(ablation, "_machine", lambda: "card A")
+    work = tmp_path / "runs"
+    args = ["--base", "ablation-gate-gpu", "--seeds", "0", "--work", str(work)]
+    assert ablation.main([*args, "--arms", "sft", "--out", str(tmp_path / "first")]) == 0
+    monkeypatch.setattr(ablation, "_machine", lambda: "card B")
+    assert ablation.main([*args, "--arms", "sft,uniform", "--out", str(tmp_path / "second")]) == 0
+    (entry,) = json.loads((tmp_path / "second.json").read_text()).values()
+    assert entry["ran_on"]["sft"]["0"].startswith("card A")
+    assert entry["ran_on"]["uniform"]["0"].startswith("card B")
+    assert "sft s0: card A" in (tmp_path / "second.md").read_text()
