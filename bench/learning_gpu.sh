@@ -187,7 +187,10 @@ rl)
   ;;
 gate)
   # Resumable across calls: an arm is recorded in docs/ablation-gate.json when its run finishes;
-  # carry that file back to run the rest. A run cut by the limit is lost (its work dir is not kept).
+  # carry that file back to run the rest. A run cut by the limit starts again on a fresh machine;
+  # on one still warm (the next call within its idle release) it restarts its phase in
+  # /tmp/gate-runs with the rollouts it had judged answered from its verdict cache (7 Dec: the cut
+  # uniform arm finished in 197 s of the next call) and the round 0 of its seed shared.
   seeds=$(echo ${KZ_SEEDS:-0} | tr ' ' ,)
   gate_out=${KZ_GATE_OUT:-docs/ablation-gate}
   timeout --signal=INT --kill-after=20 "${KZ_GATE_LIMIT_S:-520}" python3 bench/ablation.py --base ablation-gate-gpu \
