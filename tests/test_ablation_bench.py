@@ -63,6 +63,18 @@ def _run_dir(root, rows, rnd=1):
     return root
 
 
+def _fake_loop(monkeypatch, run) -> None:
+    """bench/ablation.py runs a fake Loop whose run(self) is `run` (self.cfg, self.out set)."""
+    import kernelzero.train.loop as loop
+
+    class FakeLoop:
+        def __init__(self, cfg, out, resume=False):
+            self.cfg, self.out = cfg, out
+
+    FakeLoop.run = run
+    monkeypatch.setattr(loop, "Loop", FakeLoop)
+
+
 def test_fast_1_counts_a_task_only_when_its_kernel_is_correct_and_strictly_faster_than_eager(tmp_path):
     rows = [{"task": "a", "correct": True, "speedup": 1.5}, {"task": "b", "correct": True, "speedup": 1.0},
             {"task": "c", "correct": False, "speedup": 3.0}, {"task": "d", "correct": True, "speedup": None},
@@ -85,12 +97,7 @@ def test_the_gate_arms_get_fast_1_tables_beside_pass_at_1(tmp_path, monkeypatch)
     def fake_run(self):
         arm = self.cfg.name.split("-")[-2]
         _run_dir(Path(self.out), [{"task": t, "correct": True, "speedup": speeds[arm]} for t in tasks])
-    class FakeLoop:
-        def __init__(self, cfg, out, resume=False):
-            self.cfg, self.out = cfg, out
-        run = fake_run
-    import kernelzero.train.loop as loop
-    monkeypatch.setattr(loop, "Loop", FakeLoop)
+    _fake_loop(monkeypatch, fake_run)
     out = tmp_path / "gate"
     assert ablation.main(["--base", "ablation-gate-gpu", "--arms", "sft,uniform,correct_only", "--seeds", "0",
                           "--out", str(out), "--work", str(work)]) == 0
@@ -141,17 +148,11 @@ def test_a_run_stopped_by_the_limit_ends_with_a_line_and_the_tables_of_the_finis
 
     tasks = [f"t{i}" for i in range(10)]
 
-    class FakeLoop:
-        def __init__(self, cfg, out, resume=False):
-            self.cfg, self.out = cfg, out
-
-        def run(self):
-            if "uniform" in self.cfg.name:
-                raise KeyboardInterrupt
-            _run_dir(Path(self.out), [{"task": t, "correct": True, "speedup": 2.0} for t in tasks])
-
-    import kernelzero.train.loop as loop
-    monkeypatch.setattr(loop, "Loop", FakeLoop)
+    def run(self):
+        if "uniform" in self.cfg.name:
+            raise KeyboardInterrupt
+        _run_dir(Path(self.out), [{"task": t, "correct": True, "speedup": 2.0} for t in tasks])
+    _fake_loop(monkeypatch, run)
     out = tmp_path / "gate"
     rc = ablation.main(["--base", "ablation-gate-gpu", "--arms", "sft,uniform,correct_only", "--seeds", "0",
                         "--out", str(out), "--work", str(tmp_path / "runs")])
@@ -170,15 +171,7 @@ def test_a_run_finished_by_an_earlier_invocation_keeps_the_machine_it_ran_on(tmp
     those runs ran (7 Dec: the markdown named only the arm run by the last call)."""
     import json
 
-    class FakeLoop:
-        def __init__(self, cfg, out, resume=False):
-            self.cfg, self.out = cfg, out
-
-        def run(self):
-            _run_dir(Path(self.out), [{"task": "t0", "correct": True, "speedup": 2.0}])
-
-    import kernelzero.train.loop as loop
-    monkeypatch.setattr(loop, "Loop", FakeLoop)
+    _fake_loop(monkeypatch, lambda self: _run_dir(Path(self.out), [{"task": "t0", "correct": True, "speedup": 2.0}]))
     monkeypatch.setattr(ablation, "_machine", lambda: "card A")
     work = tmp_path / "runs"
     args = ["--base", "ablation-gate-gpu", "--seeds", "0", "--work", str(work)]
