@@ -103,32 +103,93 @@ def test_sft_rejects_data_in_another_format(tiny, tmp_path):
     assert main(["sft", "--model", str(tiny), "--data", str(bad), "--out", str(tmp_path / "o")]) == 2
 
 
-def test_right_padded_batches_train_without_a_mask_and_score_the_same():
-    """sft.drop_right_padding_mask: a right-padded batch reaches the model without its mask (the
-    causal fast path) with the same loss and gradients; a left-padded one keeps its mask."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+def _family_rows(n: int) -> list[dict]:
+    """n distillation rows of several lengths (so batches are padded), from the committed data."""
+    from kernelzero.train.sft import load_rows
+    rows = load_rows(Path(__file__).resolve().parent.parent / "data" / "family-train.jsonl.gz")[:400]
+    rows.sort(key=lambda r: len(r["completion"][0]["content"]))
+    return rows[:: max(1, len(rows) // n)][:n]
 
-    from kernelzero.train.sft import drop_right_padding_mask
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=97, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    plain, hooked = Qwen2ForCausalLM(cfg), Qwen2ForCausalLM(cfg)
-    hooked.load_state_dict(plain.state_dict())
-    drop_right_padding_mask(hooked)
-    masks = []
-    hooked.model.register_forward_pre_hook(lambda m, a, k: masks.append(k.get("attention_mask")), with_kwargs=True)
-    ids = torch.randint(3, 97, (3, 12))
+def test_sync_free_sft_trains_and_logs_as_trl_does(tiny, tmp_path):
+    """build_sft_trainer (masks dropped in the collator, figures summed on the device) against TRL's
+    own SFTTrainer on the same rows and seed: the same losses, weights and logged figures."""
+    from trl import SFTTrainer
+
+    from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
+    from kernelzero.train.sync_free import REAL_TOKENS, RightPaddingDropped
+
+    rows = _family_rows(12)
+    cfg = SFTRunConfig(max_steps=3, batch_size=4, learning_rate=1e-2, max_length=2048, logging_steps=1)
+    ours = build_sft_trainer(str(tiny), rows, tmp_path / "ours", cfg)
+    assert isinstance(ours.data_collator, RightPaddingDropped)
+    batch = ours.data_collator([ours.train_dataset[i] for i in range(4)])
+    assert "attention_mask" not in batch and int(batch[REAL_TOKENS]) == sum(
+        len(ours.train_dataset[i]["input_ids"]) for i in range(4))
+
+    theirs = build_sft_trainer(str(tiny), rows, tmp_path / "theirs", cfg)
+    theirs.__class__ = SFTTrainer  # TRL's compute_loss and log, the mask kept
+    theirs.data_collator = theirs.data_collator.collate
+    for t in (ours, theirs):
+        t.train()
+    logs = [[h for h in t.state.log_history if "loss" in h] for t in (ours, theirs)]
+    assert len(logs[0]) == len(logs[1]) == 3
+    for a, b in zip(*logs):
+        for key in ("loss", "entropy", "mean_token_accuracy", "num_tokens"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    for (name, p), q in zip(ours.model.named_parameters(), theirs.model.parameters()):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_sync_free_sft_reads_nothing_back_between_logging_steps(tiny, tmp_path, monkeypatch):
+    """Each read (.item(), bool(), .tolist()) of a device tensor stops the host until the device is
+    done. On the CPU every tensor is a host tensor, so reads are counted by where they are made:
+    the data pipeline (loader, collator) reads host tensors by design and is left out; the
+    training steps must make none between logs."""
+    import traceback
+
+    from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
+
+    trainer = build_sft_trainer(str(tiny), _family_rows(24), tmp_path / "o",
+                                SFTRunConfig(max_steps=6, batch_size=4, max_length=2048, logging_steps=6))
+    host_side = ("dataloader.py", "data_loader.py", "sync_free.py:__call__", "sync_free.py:right_padded")
+    reads = []
+    for name in ("item", "tolist", "__bool__"):
+        real = getattr(torch.Tensor, name)
+
+        def read(self, *a, _real=real, _name=name, **k):
+            stack = [f"{Path(f.filename).name}:{f.name}" for f in traceback.extract_stack()]
+            if not any(s.startswith(h) for s in stack for h in host_side):
+                reads.append((_name, stack[-2]))
+            return _real(self, *a, **k)
+        monkeypatch.setattr(torch.Tensor, name, read)
+    trainer.train()
+    monkeypatch.undo()
+    # the one log, at step 6, reads the window's sums (sync_free.py:log), and the Trainer reads
+    # its loss, gradient norm and learning rate there: a handful in all, none per step
+    assert sum(1 for r in reads if r[1].startswith("sync_free.py:log")) == 1, reads
+    assert len(reads) <= 5, reads
+
+
+def test_right_padded_masks_are_recognised():
+    from kernelzero.train.sync_free import right_padded
+
     right = torch.tensor([[1] * 12, [1] * 7 + [0] * 5, [1] * 3 + [0] * 9])
-    for mask in (right, right.flip(1)):  # right-padded, then left-padded
-        labels = ids.masked_fill(mask == 0, -100)
-        losses, grads = [], []
-        for model in (plain, hooked):
-            model.zero_grad()
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            loss.backward()
-            losses.append(loss.detach())
-            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
-        torch.testing.assert_close(losses[1], losses[0])
-        torch.testing.assert_close(grads[1], grads[0], atol=1e-6, rtol=1e-4)
-    assert masks[0] is None and masks[1] is not None
+    assert right_padded(right)
+    assert not right_padded(right.flip(1))  # left-padded: the mask is kept
+    assert not right_padded(torch.tensor([[1, 0, 1, 1]]))  # a hole
+    assert not right_padded(torch.tensor([[0, 0, 0]]))  # no real token
+
+
+def test_compiled_sft_trains_and_saves_weights_under_their_own_names(tiny, tmp_path):
+    """sft.compile: the model compiled in place trains, its held-out loss is read eagerly, and the
+    saved weights load by the names they had (no `_orig_mod.` prefix)."""
+    from kernelzero.train.sft import SFTRunConfig, run_sft
+
+    res = run_sft(str(tiny), _family_rows(10), tmp_path / "c",
+                  SFTRunConfig(max_steps=2, batch_size=4, learning_rate=1e-2, max_length=2048,
+                               eval_fraction=0.2, compile=True))
+    assert res["steps"] == 2 and res["eval_loss_after"] < res["eval_loss_before"]
+    before, after = _weights(tiny), _weights(tmp_path / "c")
+    assert set(before) == set(after)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
