@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def padding_share(init: str, rows: list[dict], batch_size: int, grouped: bool, work: Path) -> float:
     """Padded tokens over all tokens of one epoch's batches."""
     from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
+    from kernelzero.train.sync_free import real_tokens
     cfg = SFTRunConfig(max_steps=1, batch_size=batch_size, max_length=2048, length_batches=grouped)
     loader = build_sft_trainer(init, rows, work / "probe", cfg).get_train_dataloader()
-    pad = total = 0
+    real = total = 0
     for batch in loader:
-        m = batch["attention_mask"]
-        pad, total = pad + int((m == 0).sum()), total + m.numel()
-    return pad / total
+        real, total = real + real_tokens(batch), total + batch["input_ids"].numel()
+    return 1 - real / total
 
 
 def main() -> None:

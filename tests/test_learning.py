@@ -277,7 +277,7 @@ def test_sft_with_length_batches_pads_less(tmp_path):
     from kernelzero.models.scratch import ModelPreset, build_model, train_tokenizer
     from kernelzero.train.cold_start import corpus
     from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
-    from kernelzero.train.sync_free import REAL_TOKENS
+    from kernelzero.train.sync_free import real_tokens
 
     rows = _teacher_rows(48, seed=13)
     tok = train_tokenizer(corpus(rows), vocab_size=800)
@@ -287,8 +287,8 @@ def test_sft_with_length_batches_pads_less(tmp_path):
     def padding(grouped: bool) -> float:
         cfg = SFTRunConfig(max_steps=2, batch_size=4, max_length=2048, length_batches=grouped)
         loader = build_sft_trainer(str(init), rows, tmp_path / f"o{grouped}", cfg).get_train_dataloader()
-        batches = list(loader)  # right-padded: each carries its real tokens' count, not its mask
-        return 1 - sum(float(b[REAL_TOKENS]) for b in batches) / sum(b["input_ids"].numel() for b in batches)
+        batches = list(loader)
+        return 1 - sum(real_tokens(b) for b in batches) / sum(b["input_ids"].numel() for b in batches)
 
     grouped, plain = padding(True), padding(False)
     assert grouped < 0.5 * plain, (grouped, plain)

@@ -37,6 +37,11 @@ def right_padded(mask) -> bool:
                 and mask[:, 0].ne(0).all())
 
 
+def real_tokens(batch) -> int:
+    """A collated batch's count of real (not padding) tokens, with its mask or without it."""
+    return int(batch[REAL_TOKENS]) if REAL_TOKENS in batch else int(batch["attention_mask"].sum())
+
+
 class RightPaddingDropped:
     """A collator wrapper: a batch padded on the right only goes to the model without its mask,
     with its count of real tokens under `REAL_TOKENS` (a 0-d tensor, moved with the batch)."""
