@@ -27,7 +27,6 @@ are.
 from __future__ import annotations
 
 REAL_TOKENS = "real_tokens"  # the batch key that replaces a dropped attention mask
-_SUMS = ("valid", "entropy", "correct", "tokens")
 
 
 def right_padded(mask) -> bool:
