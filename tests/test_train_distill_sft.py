@@ -141,7 +141,8 @@ def test_sync_free_sft_trains_and_logs_as_trl_does(tiny, tmp_path):
         torch.testing.assert_close(p, q, atol=1e-5, rtol=1e-4, msg=name)
 
 
-def test_sync_free_sft_reads_nothing_back_between_logging_steps(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("copy_weight", [1.0, 3.0])
+def test_sync_free_sft_reads_nothing_back_between_logging_steps(tiny, tmp_path, monkeypatch, copy_weight):
     """Each read (.item(), bool(), .tolist()) of a device tensor stops the host until the device is
     done. On the CPU every tensor is a host tensor, so reads are counted by where they are made:
     the data pipeline (loader, collator) reads host tensors by design and is left out; the
@@ -151,7 +152,8 @@ def test_sync_free_sft_reads_nothing_back_between_logging_steps(tiny, tmp_path, 
     from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
 
     trainer = build_sft_trainer(str(tiny), _family_rows(24), tmp_path / "o",
-                                SFTRunConfig(max_steps=6, batch_size=4, max_length=2048, logging_steps=6))
+                                SFTRunConfig(max_steps=6, batch_size=4, max_length=2048, logging_steps=6,
+                                             copy_weight=copy_weight))
     host_side = ("dataloader.py", "data_loader.py", "sync_free.py:__call__", "sync_free.py:right_padded")
     reads = []
     for name in ("item", "tolist", "__bool__"):
@@ -165,10 +167,13 @@ def test_sync_free_sft_reads_nothing_back_between_logging_steps(tiny, tmp_path, 
         monkeypatch.setattr(torch.Tensor, name, read)
     trainer.train()
     monkeypatch.undo()
-    # the one log, at step 6, reads the window's sums (sync_free.py:log), and the Trainer reads
-    # its loss, gradient norm and learning rate there: a handful in all, none per step
-    assert sum(1 for r in reads if r[1].startswith("sync_free.py:log")) == 1, reads
-    assert len(reads) <= 5, reads
+    # the one log, at step 6, reads the window's sums (sync_free.py:log; the copy-weighted loss
+    # keeps no metrics), and the Trainer reads its loss, gradient norm and learning rate there: a
+    # handful in all, none per step
+    assert sum(1 for r in reads if r[1].startswith("sync_free.py:log")) == (copy_weight == 1.0), reads
+    # copy_loss.copy_weights matches the tokens on the host (.tolist() on the ids, once a step):
+    # the copy-weighted loss (off by default) still reads, by design; nothing else may
+    assert len([r for r in reads if not r[1].startswith("copy_loss.py:copy_weights")]) <= 5, reads
 
 
 def test_right_padded_masks_are_recognised():

@@ -256,13 +256,14 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
 
 
 def _copy_weighted(base, weight: float):
-    """`base` (TRL's SFTTrainer) with the copy-weighted completion loss (copy_loss.py)."""
+    """`base` (sync_free's SFTTrainer) with the copy-weighted completion loss (copy_loss.py)."""
     from kernelzero.train.copy_loss import copy_weights, number_token_ids, weighted_completion_loss
 
     class CopyWeightedSFTTrainer(base):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if not hasattr(self, "_numbers"):
                 self._numbers = number_token_ids(self.processing_class)
+            self.take_real_tokens(inputs)  # sync_free.py: the masks as already built
             labels = inputs["labels"]
             w = copy_weights(inputs["input_ids"], labels, self._numbers, weight)
             keep = ("input_ids", "attention_mask", "position_ids")

@@ -79,16 +79,22 @@ def sync_free(base):
             kinds = getattr(self.accelerator.unwrap_model(self.model).config, "layer_types", None)
             return {kind: None for kind in kinds} if kinds else None
 
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        def take_real_tokens(self, inputs):
+            """Pop a batch's real-token count; a batch that carried one (its mask dropped) gets its
+            masks as already built instead. Every compute_loss of this trainer calls it first."""
             real = inputs.pop(REAL_TOKENS, None)
+            if real is not None:
+                inputs["attention_mask"] = self._no_masks()
+            return real
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            real = self.take_real_tokens(inputs)
             if return_outputs or not self._plain_loss():
                 # TRL's own path: evaluation asking for logits (which needs no mask), or a loss
                 # computed otherwise (whose trainer never gets RightPaddingDropped: see install).
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             mode = "train" if self.model.training else "eval"
             inputs["use_cache"] = False
-            if real is not None:
-                inputs["attention_mask"] = self._no_masks()
             outputs = model(**inputs, fused_lm_head=True)
             # TRL's loss, term for term (SFTTrainer.compute_loss).
             per_token_loss = -outputs.log_probs
