@@ -15,7 +15,8 @@ Variants (each on top of `kernelzero.train.sft.build_sft_trainer`, as a cold sta
               shapes; the first steps pay the compilation)
     bsN       log50 with batches of N rows (bs128, bs256: a step then teaches on more rows)
 --profile V records variant V's device kernels over 5 steps after the warm-up (torch.profiler):
-the busiest kernels and the share of the wall time the device was busy.
+the busiest kernels, the share of the wall time the device was busy, and the host's operators by
+their own CPU time (where a step bound by the host spends it).
 The result (one JSON object per variant) goes to --out.
 """
 from __future__ import annotations
@@ -72,11 +73,17 @@ def kernel_table(clock, top: int = 15) -> dict:
     events = [e for e in clock.prof.key_averages() if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
     busy_us = sum(e.self_device_time_total for e in events)
     events.sort(key=lambda e: e.self_device_time_total, reverse=True)
+    # The host's side: the operators whose own CPU time (launching included) fills a step.
+    host = [e for e in clock.prof.key_averages() if e.device_type.name == "CPU" and e.self_cpu_time_total > 0]
+    host.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
     return {"wall_s": round(clock.profiled_s, 4), "device_busy_s": round(busy_us / 1e6, 4),
             "device_busy_share": round(busy_us / 1e6 / clock.profiled_s, 3) if clock.profiled_s else None,
             "kernels_per_step": sum(e.count for e in events) // 5,
             "top": [{"kernel": e.key[:90], "ms_per_step": round(e.self_device_time_total / 5e3, 3),
-                     "calls_per_step": e.count // 5} for e in events[:top]]}
+                     "calls_per_step": e.count // 5} for e in events[:top]],
+            "host_busy_s": round(sum(e.self_cpu_time_total for e in host) / 1e6, 4),
+            "host_top": [{"op": e.key[:90], "ms_per_step": round(e.self_cpu_time_total / 5e3, 3),
+                          "calls_per_step": e.count // 5} for e in host[:top]]}
 
 
 def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, work: Path,

@@ -62,9 +62,10 @@ class SFTRunConfig:
         second at 50 (bench/sft_throughput.py). Progress lines (log_every) come at the steps that
         are multiples of both.
     compile: compile the model in place with `torch.compile` (dynamic shapes) before training.
-        The 24M `gpu` preset on an H100 then made 11.4 steps/s against 5.6 eager, after about
-        130 s of compilation that counts in time_limit_s (bench/sft_throughput.py): worth it on a
-        GPU for runs of several minutes, not for short ones or on the CPU.
+        The 24M `gpu` preset on an H100 then made 11.4 steps/s against 5.6 eager in a 30-step
+        bench, after about 130 s of compilation that counts in time_limit_s; but a whole 390 s
+        run made 893 steps against eager's 1,478 (compiling and recompiling took ~250 s; perf.md):
+        worth it only for runs much longer than that, never on the CPU.
     """
 
     epochs: float = 2.0
