@@ -13,6 +13,9 @@ Variants (each on top of `kernelzero.train.sft.build_sft_trainer`, as a cold sta
     workers   log50, and two dataloader worker processes collating beside the GPU
     compile   log50, and the model compiled in place (`SFTRunConfig.compile`: torch.compile, dynamic
               shapes; the first steps pay the compilation)
+    layers    log50, and each transformer layer compiled on its own (regional compilation: one
+              layer's graph compiled once and reused by the others, so less to compile than the
+              whole model; the loss head stays eager)
     bsN       log50 with batches of N rows (bs128, bs256: a step then teaches on more rows)
 --profile V records variant V's device kernels over 5 steps after the warm-up (torch.profiler):
 the busiest kernels, the share of the wall time the device was busy, and the host's operators by
@@ -100,6 +103,11 @@ def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, 
     warm = min(10, steps // 3)
     clock = step_clock(warm, profile)
     trainer = build_sft_trainer(init, rows, work / name, cfg, callbacks=[clock])
+    if name == "layers":
+        model = trainer.model
+        for module in model.modules():
+            if type(module).__name__ in (model._no_split_modules or ()):
+                module.compile(dynamic=True)
     if name in ("mask", "trl"):
         trainer.data_collator = trainer.data_collator.collate  # the mask kept
     if name == "trl":
