@@ -73,11 +73,12 @@ def step_clock(warm: int, profile: bool):
 def kernel_table(clock, top: int = 15) -> dict:
     """The profiled steps' device time by kernel, and the share of the wall time the device was busy
     (kernels of one stream do not overlap, so their durations add up to the busy time)."""
-    events = [e for e in clock.prof.key_averages() if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
+    averages = clock.prof.key_averages()  # built once: over thousands of kernels a step it is slow
+    events = [e for e in averages if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
     busy_us = sum(e.self_device_time_total for e in events)
     events.sort(key=lambda e: e.self_device_time_total, reverse=True)
     # The host's side: the operators whose own CPU time (launching included) fills a step.
-    host = [e for e in clock.prof.key_averages() if e.device_type.name == "CPU" and e.self_cpu_time_total > 0]
+    host = [e for e in averages if e.device_type.name == "CPU" and e.self_cpu_time_total > 0]
     host.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
     return {"wall_s": round(clock.profiled_s, 4), "device_busy_s": round(busy_us / 1e6, 4),
             "device_busy_share": round(busy_us / 1e6 / clock.profiled_s, 3) if clock.profiled_s else None,
