@@ -1,25 +1,31 @@
 """Where does an SFT step's time go? The same random model, rows and batch trained a few dozen
 steps under each variant of the trainer's settings; steps/s and tokens/s after a warm-up.
 
-    python bench/sft_throughput.py --preset gpu --steps 60 --variants trl,log50,compile,bs128 --profile log50
+    python bench/sft_throughput.py --preset gpu --steps 60 --variants log50,cudnn,blocking,compile --profile log50
 
 Variants (each on top of `kernelzero.train.sft.build_sft_trainer`, as a cold start builds it):
     base      the cold start's trainer with the loss logged every step (each log waits for the device)
     log50     the loss logged every 50 steps (`SFTRunConfig.logging_steps`): the default now, whose
-              steps read nothing back from the device (kernelzero/train/sync_free.py)
+              steps read nothing back from the device (kernelzero/train/sync_free.py), copy their
+              batches without waiting, and run attention without cuDNN (attention_backend.py)
+    cudnn     log50 with SDPA's own choice of attention kernel (cuDNN's on Hopper, as before 8 Dec)
+    blocking  log50 with each batch's copy to the device waiting for the queued kernels (as before
+              8 Dec)
     trl       log50 with TRL's own SFTTrainer as it is: three reads from the device a step (its
               metrics), the NaN check on the loss (another), the attention mask kept (as before 7 Dec)
     mask      log50 with the attention mask kept on right-padded batches (no causal fast path)
     workers   log50, and two dataloader worker processes collating beside the GPU
-    compile   log50, and the model compiled in place (`SFTRunConfig.compile`: torch.compile, dynamic
-              shapes; the first steps pay the compilation)
-    layers    log50, and each transformer layer compiled on its own (regional compilation: one
-              layer's graph compiled once and reused by the others, so less to compile than the
-              whole model; the loss head stays eager)
+    compile   log50, and each transformer layer compiled on its own (`SFTRunConfig.compile`:
+              regional compilation, one layer's graph reused by the others; the loss head eager)
+    whole     log50, and the whole model compiled in place (SFTRunConfig.compile before 8 Dec;
+              dynamic shapes; the first steps pay the compilation)
     bsN       log50 with batches of N rows (bs128, bs256: a step then teaches on more rows)
 --profile V records variant V's device kernels over 5 steps after the warm-up (torch.profiler):
 the busiest kernels, the share of the wall time the device was busy, and the host's operators by
-their own CPU time (where a step bound by the host spends it).
+their own CPU time (where a step bound by the host spends it). --pyprofile V records variant V's
+Python functions (cProfile) over every step after the warm-up (after --profile's 5 steps): the
+trainer's own bookkeeping, the collator and the optimizer show there, where torch.profiler sees
+only operators.
 The result (one JSON object per variant) goes to --out.
 """
 from __future__ import annotations
@@ -33,7 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def step_clock(warm: int, profile: bool):
+def step_clock(warm: int, profile: bool, pyprofile: bool = False):
     """A TrainerCallback that notes the host time of every step's end, and waits for the device only
     at the end of step `warm` and of the run, so the clock itself adds no read-back. With
     `profile`, torch.profiler records the device's kernels over the 5 steps after `warm`."""
@@ -49,6 +55,14 @@ def step_clock(warm: int, profile: bool):
             self.times: list[float] = []
             self.prof = None
             self.profiled_s = 0.0
+            self.py = None
+
+        def on_step_begin(self, args, state, control, **kw):
+            # after torch.profiler's 5 steps when both record the same variant
+            if pyprofile and len(self.times) == warm + (5 if profile else 0) and self.py is None:
+                import cProfile
+                self.py = cProfile.Profile()
+                self.py.enable()
 
         def on_step_end(self, args, state, control, **kw):
             step = len(self.times) + 1
@@ -65,6 +79,8 @@ def step_clock(warm: int, profile: bool):
 
         def on_train_end(self, args, state, control, **kw):
             sync()
+            if self.py is not None:
+                self.py.disable()
             self.times[-1] = time.perf_counter()
 
     return Clock()
@@ -90,8 +106,22 @@ def kernel_table(clock, top: int = 15) -> dict:
                           "calls_per_step": e.count // 5} for e in host[:top]]}
 
 
+def python_table(py, steps: int, top: int = 25) -> dict:
+    """cProfile's functions over the timed steps: by own time and by time including callees."""
+    import pstats
+
+    stats = pstats.Stats(py).stats  # {(file, line, name): (calls, prim, tottime, cumtime, callers)}
+
+    def rows(col: int):
+        ranked = sorted(stats.items(), key=lambda kv: kv[1][col], reverse=True)[:top]
+        return [{"fn": f"{Path(f).name}:{line}:{name}"[:100], "ms_per_step": round(v[col] * 1e3 / steps, 3),
+                 "calls_per_step": round(v[0] / steps, 1)} for (f, line, name), v in ranked]
+
+    return {"steps": steps, "own": rows(2), "cumulative": rows(3)}
+
+
 def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, work: Path,
-                profile: bool = False) -> dict:
+                profile: bool = False, pyprofile: bool = False) -> dict:
     import torch
     from trl import SFTTrainer
 
@@ -100,15 +130,16 @@ def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, 
     bs = int(name[2:]) if name.startswith("bs") else batch
     cfg = SFTRunConfig(max_steps=steps, batch_size=bs, max_length=2048, learning_rate=1e-3,
                        bf16=torch.cuda.is_available(), logging_steps=1 if name == "base" else 50,
-                       compile=name == "compile")
+                       compile=name == "compile")  # per layer (sft.compile_layers)
     warm = min(10, steps // 3)
-    clock = step_clock(warm, profile)
+    clock = step_clock(warm, profile, pyprofile)
     trainer = build_sft_trainer(init, rows, work / name, cfg, callbacks=[clock])
-    if name == "layers":
-        model = trainer.model
-        for module in model.modules():
-            if type(module).__name__ in (model._no_split_modules or ()):
-                module.compile(dynamic=True)
+    if name == "whole":
+        trainer.model.compile(dynamic=True)
+    if name == "cudnn":
+        trainer.cudnn_attention = True
+    if name == "blocking":
+        trainer.accelerator.dataloader_config.non_blocking = False
     if name in ("mask", "trl"):
         trainer.data_collator = trainer.data_collator.collate  # the mask kept
     if name == "trl":
@@ -132,6 +163,8 @@ def run_variant(name: str, init: str, rows: list[dict], steps: int, batch: int, 
            "attn_implementation": getattr(trainer.model.config, "_attn_implementation", None)}
     if clock.prof is not None:
         out["profile"] = kernel_table(clock)
+    if clock.py is not None:
+        out["python"] = python_table(clock.py, timed - (5 if clock.prof is not None else 0))
     return out
 
 
@@ -143,6 +176,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--variants", default="base,log50,workers,compile,bs128,bs256")
     ap.add_argument("--profile", default="", help="the variant whose device kernels to record")
+    ap.add_argument("--pyprofile", default="", help="the variant whose Python functions to record")
     ap.add_argument("--work", default="/tmp/sft_throughput")
     ap.add_argument("--out", default="bench/results/sft_throughput.json")
     args = ap.parse_args()
@@ -163,7 +197,8 @@ def main() -> None:
     for name in args.variants.split(","):
         try:
             r = run_variant(name, str(init), rows, args.steps, args.batch_size, work,
-                            profile=name == args.profile and torch.cuda.is_available())
+                            profile=name == args.profile and torch.cuda.is_available(),
+                            pyprofile=name == args.pyprofile)
         except Exception as e:  # one variant failing (e.g. compile) must not lose the others
             r = {"variant": name, "error": f"{type(e).__name__}: {e}"[:500]}
         results.append(r)

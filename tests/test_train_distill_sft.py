@@ -198,3 +198,49 @@ def test_compiled_sft_trains_and_saves_weights_under_their_own_names(tiny, tmp_p
     before, after = _weights(tiny), _weights(tmp_path / "c")
     assert set(before) == set(after)
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_compile_layers_compiles_each_transformer_layer_and_nothing_else(tiny):
+    """sft.compile compiles layer by layer: every decoder layer, not the model or its loss head."""
+    from transformers import AutoModelForCausalLM
+
+    from kernelzero.train.sft import compile_layers
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    assert compile_layers(model) == model.config.num_hidden_layers
+    compiled = [n for n, m in model.named_modules() if getattr(m, "_compiled_call_impl", None) is not None]
+    assert compiled == [f"model.layers.{i}" for i in range(model.config.num_hidden_layers)]
+    with pytest.raises(ValueError, match="names no transformer layer"):
+        compile_layers(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_training_attention_leaves_cudnn_out_on_cuda_and_gives_it_back(tiny, tmp_path, monkeypatch):
+    """attention_backend: a trainer's train and evaluate run with SDPA's cuDNN kernel off (it plans
+    per shape on the host) and the other kernels on; the flags are as before afterwards; the SFT
+    and both GRPO trainers carry the mixin. CUDA is pretended: the switch is a global flag."""
+    from kernelzero.train.attention_backend import NoCudnnAttentionMixin
+    from kernelzero.train.ca_grpo import CAGRPOTrainer
+    from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
+
+    flags = torch.backends.cuda
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+
+    class Base:
+        def train(self):
+            return flags.cudnn_sdp_enabled(), flags.flash_sdp_enabled(), flags.mem_efficient_sdp_enabled()
+
+        evaluate = train
+
+    class Trainer(NoCudnnAttentionMixin, Base):
+        pass
+
+    before = Base().train()
+    assert before[0], "this torch build has cuDNN attention off already: the test would prove nothing"
+    assert Trainer().train() == (False, True, True) == Trainer().evaluate()
+    assert Base().train() == before
+    baseline = Trainer()
+    baseline.cudnn_attention = True
+    assert baseline.train() == before
+    monkeypatch.undo()
+    sft = build_sft_trainer(str(tiny), _family_rows(4), tmp_path / "s", SFTRunConfig(max_steps=1))
+    assert isinstance(sft, NoCudnnAttentionMixin) and issubclass(CAGRPOTrainer, NoCudnnAttentionMixin)

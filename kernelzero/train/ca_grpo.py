@@ -28,6 +28,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from kernelzero.coder.extract import to_candidate
 from kernelzero.tasks import Candidate, Task
+from kernelzero.train.attention_backend import NoCudnnAttentionMixin
 from kernelzero.train.checkpoint import OptimizerCarryMixin
 from kernelzero.train.config import CAGRPOConfig, TrainConfig
 from kernelzero.train.fast_rollouts import FastRolloutMixin
@@ -99,8 +100,8 @@ class EvaluatorReward(RawRewardSource):
         return [verdict_reward_parts(v, self.ca.s_max, self.ca.speed_transform) for v in verdicts]
 
 
-class CAGRPOTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, LeftAlignedLogpsMixin,
-                    GRPOTrainer):
+class CAGRPOTrainer(NoCudnnAttentionMixin, PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin,
+                    LeftAlignedLogpsMixin, GRPOTrainer):
     """GRPOTrainer whose rewards are CA-GRPO's, with the group gate applied after the gather.
 
     `reward` is the per-process RawRewardSource; `ca` holds alpha, beta and the group size.

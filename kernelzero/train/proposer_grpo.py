@@ -145,14 +145,15 @@ def run_proposer_phase(cfg: TrainConfig, model_path: str, rows: list[dict], rewa
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
+    from kernelzero.train.attention_backend import NoCudnnAttentionMixin
     from kernelzero.train.ca_grpo import fill_batch, fit_prompts, grpo_args
     from kernelzero.train.checkpoint import OptimizerCarryMixin
     from kernelzero.train.fast_rollouts import FastRolloutMixin
     from kernelzero.train.left_aligned import LeftAlignedLogpsMixin
     from kernelzero.train.steplog import PhaseTimerMixin, quiet
 
-    class ProposerTrainer(PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin, LeftAlignedLogpsMixin,
-                          GRPOTrainer):
+    class ProposerTrainer(NoCudnnAttentionMixin, PhaseTimerMixin, OptimizerCarryMixin, FastRolloutMixin,
+                          LeftAlignedLogpsMixin, GRPOTrainer):
         pass
 
     pc = cfg.proposer

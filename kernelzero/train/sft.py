@@ -61,11 +61,12 @@ class SFTRunConfig:
         for the device to finish its step; the 24M `gpu` preset on an H100 made 1.53x the steps a
         second at 50 (bench/sft_throughput.py). Progress lines (log_every) come at the steps that
         are multiples of both.
-    compile: compile the model in place with `torch.compile` (dynamic shapes) before training.
-        The 24M `gpu` preset on an H100 then made 11.4 steps/s against 5.6 eager in a 30-step
-        bench, after about 130 s of compilation that counts in time_limit_s; but a whole 390 s
-        run made 893 steps against eager's 1,478 (compiling and recompiling took ~250 s; perf.md):
-        worth it only for runs much longer than that, never on the CPU.
+    compile: compile each transformer layer in place with `torch.compile` (dynamic shapes)
+        before training (`compile_layers`: one layer's graph, reused by all; the loss head
+        eager). The compilation counts in time_limit_s. The 24M `gpu` preset on an H100: 10.5
+        steps/s over 400 steps, 26 s to the 10th, against 6.8 eager (perf.md). Compiling the
+        whole model instead made only 893 steps against eager's 1,478 in a whole 390 s run
+        (compiling and recompiling took ~250 s). No faster on the CPU, which computes, not launches.
     """
 
     epochs: float = 2.0
@@ -207,6 +208,7 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
 
     rows = load_rows(data) if not isinstance(data, list) else data
     train, held = split_rows(rows, cfg.eval_fraction, cfg.seed)
+    cuda = torch.cuda.is_available()
     steps_per_epoch = math.ceil(len(train) / (cfg.batch_size * cfg.grad_accum))
     total = cfg.max_steps or max(1, math.ceil(cfg.epochs * steps_per_epoch))
     args = SFTConfig(
@@ -217,8 +219,12 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
         gradient_accumulation_steps=cfg.grad_accum, max_length=cfg.max_length,
         completion_only_loss=True, bf16=cfg.bf16, **checkpointing(SFTConfig, cfg.gradient_checkpointing),
         seed=cfg.seed, data_seed=cfg.seed, logging_steps=cfg.logging_steps,
-        save_strategy="no", report_to=[], use_cpu=not torch.cuda.is_available(), disable_tqdm=True,
+        save_strategy="no", report_to=[], use_cpu=not cuda, disable_tqdm=True,
         logging_nan_inf_filter=False,  # a read from the device every step (sync_free.py)
+        # Batches copied to the card from pinned memory without the host waiting for the copy:
+        # a plain copy waits for every queued kernel first, so the card idled while the host
+        # collated and launched the next step (cudaStreamSynchronize, 47 ms a step on an H100).
+        dataloader_pin_memory=cuda, accelerator_config={"non_blocking": cuda},
         dataset_num_proc=_tokenizer_procs(len(rows)))
     peft_config = None
     if cfg.lora:
@@ -242,6 +248,8 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
         callbacks.append(schedule.callback())
     if cfg.time_limit_s:
         callbacks.append(time_limit_callback(cfg.time_limit_s))
+    from kernelzero.train.attention_backend import NoCudnnAttentionMixin
+    trainer_cls = type(trainer_cls.__name__, (NoCudnnAttentionMixin, trainer_cls), {})
     trainer = trainer_cls(model=AutoModelForCausalLM.from_pretrained(model), args=args,
                           train_dataset=Dataset.from_list(train),
                           eval_dataset=Dataset.from_list(held) if held else None,
@@ -252,8 +260,25 @@ def build_sft_trainer(model: str, data: str | Path | list[dict], out: str | Path
     # shipped Coder over 16 rows of 500-1,200 tokens: 3.3 s instead of 4.4-5.6 s on the CPU).
     trainer.install_collator()
     if cfg.compile:
-        trainer.model.compile(dynamic=True)  # in place: the saved weights keep their names
+        compile_layers(trainer.model)
     return trainer
+
+
+def compile_layers(model) -> int:
+    """Compile each transformer layer of `model` in place (dynamic shapes) and return how many.
+
+    Regional compilation: the layers share one code object, so one layer's graph is compiled and
+    the others reuse it, where compiling the whole model traces every layer and the loss head
+    (on an H100, ~18 s to the 10th step against ~130 s; bench/sft_throughput.py). TRL's loss head
+    stays eager. In place: the saved weights keep their names."""
+    layer_kinds = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in layer_kinds]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no transformer layer class (_no_split_modules): "
+                         "nothing to compile layer by layer")
+    for layer in layers:
+        layer.compile(dynamic=True)
+    return len(layers)
 
 
 def _copy_weighted(base, weight: float):
