@@ -215,9 +215,9 @@ def test_compile_layers_compiles_each_transformer_layer_and_nothing_else(tiny):
 
 
 def test_training_attention_leaves_cudnn_out_on_cuda_and_gives_it_back(tiny, tmp_path, monkeypatch):
-    """attention_backend: a trainer's train and evaluate run with SDPA's cuDNN kernel off (it plans
-    per shape on the host) and the other kernels on; the flags are as before afterwards; the SFT
-    and both GRPO trainers carry the mixin. CUDA is pretended: the switch is a global flag."""
+    """attention_backend: a trainer's loss and scoring passes run with SDPA's cuDNN kernel off (it
+    plans per shape on the host) and the other kernels on; the flags are as before afterwards;
+    the SFT and both GRPO trainers carry the mixin. CUDA is pretended: the switch is a global flag."""
     from kernelzero.train.attention_backend import NoCudnnAttentionMixin
     from kernelzero.train.ca_grpo import CAGRPOTrainer
     from kernelzero.train.sft import SFTRunConfig, build_sft_trainer
@@ -226,21 +226,21 @@ def test_training_attention_leaves_cudnn_out_on_cuda_and_gives_it_back(tiny, tmp
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
 
     class Base:
-        def train(self):
+        def compute_loss(self):
             return flags.cudnn_sdp_enabled(), flags.flash_sdp_enabled(), flags.mem_efficient_sdp_enabled()
 
-        evaluate = train
+        _get_per_token_logps_and_entropies = compute_loss
 
     class Trainer(NoCudnnAttentionMixin, Base):
         pass
 
-    before = Base().train()
+    before = Base().compute_loss()
     assert before[0], "this torch build has cuDNN attention off already: the test would prove nothing"
-    assert Trainer().train() == (False, True, True) == Trainer().evaluate()
-    assert Base().train() == before
+    assert Trainer().compute_loss() == (False, True, True) == Trainer()._get_per_token_logps_and_entropies()
+    assert Base().compute_loss() == before
     baseline = Trainer()
     baseline.cudnn_attention = True
-    assert baseline.train() == before
+    assert baseline.compute_loss() == before
     monkeypatch.undo()
     sft = build_sft_trainer(str(tiny), _family_rows(4), tmp_path / "s", SFTRunConfig(max_steps=1))
     assert isinstance(sft, NoCudnnAttentionMixin) and issubclass(CAGRPOTrainer, NoCudnnAttentionMixin)

@@ -11,11 +11,14 @@ their kernels at any length with no such cost, and compute the same attention. W
 one run on an H100: the `gpu` preset 6.8 steps/s against 3.2, the `cpu` preset 10.2 against 5.4
 (`bench/results/sft_cudnn_h100_2026-12-07.json`).
 
-`NoCudnnAttentionMixin` runs a trainer's `train` and `evaluate` with SDPA limited to those kernels
-(and the math fallback), on CUDA only; the CPU has no cuDNN attention and is left as it is.
-Generation inside a GRPO step runs inside `train`, so it is covered too.
+`NoCudnnAttentionMixin` runs a trainer's model passes that train or score (SFT's and GRPO's
+`compute_loss`, GRPO's `_get_per_token_logps_and_entropies`) with SDPA limited to those kernels (and
+the math fallback), on CUDA only; the CPU has no cuDNN attention and is left as it is. The
+backward pass runs the backward of the kernel its forward chose.
 
-Not covered: models whose attention does not go through SDPA (eager or flash-attn packages).
+Not covered: generation (the fast sampler's decode attends with a mask over grouped heads, which
+flash attention does not take, at shapes fixed for its CUDA graph, so cuDNN plans once there; its
+rate is measured as it is), and models whose attention does not go through SDPA.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ def without_cudnn_attention():
 
 
 class NoCudnnAttentionMixin:
-    """Put before a transformers Trainer class: its `train` and `evaluate` run without cuDNN's
+    """Put before a TRL trainer class: its training and scoring passes run without cuDNN's
     attention (module docstring). `cudnn_attention = True` on an instance gives PyTorch's own
     choice back (a benchmark's baseline)."""
 
@@ -44,10 +47,10 @@ class NoCudnnAttentionMixin:
     def _attention_context(self):
         return contextlib.nullcontext() if self.cudnn_attention else without_cudnn_attention()
 
-    def train(self, *args, **kwargs):
+    def compute_loss(self, *args, **kwargs):
         with self._attention_context():
-            return super().train(*args, **kwargs)
+            return super().compute_loss(*args, **kwargs)
 
-    def evaluate(self, *args, **kwargs):
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):  # GRPO's scoring passes
         with self._attention_context():
-            return super().evaluate(*args, **kwargs)
+            return super()._get_per_token_logps_and_entropies(*args, **kwargs)
