@@ -119,14 +119,16 @@ gpu-coder)
   resume=; [ -f /tmp/runs/coder-gpu/state.json ] && resume=--resume
   # KZ_SAMPLE_HELDOUT=1: the run judges no held-out set on the card (about 0.5 kernels/s there);
   # the trained Coder samples them instead (OUT/heldout-completions.jsonl), for
-  # `bench/heldout_split.py judge` on a CPU machine with the same three --set's.
+  # `bench/heldout_split.py judge` on a CPU machine with the same three --set's. KZ_SAMPLE_HELDOUT=cpu:
+  # not sampled on the card either (with KZ_RETURN_MODEL=1, `heldout_split.py sample --device cpu`
+  # samples the returned model here), so the call's time goes to the SFT.
   sets="--set heldout.ood_long=50 --set heldout.ood_pairs=50"
   [ -z "${KZ_SAMPLE_HELDOUT:-}" ] || sets="--set heldout.family=0 --set heldout.ood_long=0 --set heldout.ood_pairs=0 --set heldout.handwritten=false"
   timeout "${KZ_STEP_LIMIT_S:-330}" python3 -m kernelzero train --config coder-gpu --out /tmp/runs/coder-gpu $resume \
     --set cold_start.data=/tmp/family-train.jsonl --set cold_start.time_budget_s="${KZ_SFT_BUDGET_S:-120}" \
     --set cold_start.curve_every=0 --set eval.device=cuda --set eval.timing=false \
     $sets ${KZ_SETS:-} 2>&1 | tee "$OUT/coder-gpu.log" | grep -v "it/s\]"
-  [ -z "${KZ_SAMPLE_HELDOUT:-}" ] || timeout "${KZ_SAMPLE_LIMIT_S:-120}" python3 bench/heldout_split.py sample \
+  [ -z "${KZ_SAMPLE_HELDOUT:-}" ] || [ "$KZ_SAMPLE_HELDOUT" = cpu ] || timeout "${KZ_SAMPLE_LIMIT_S:-120}" python3 bench/heldout_split.py sample \
     --config coder-gpu --model /tmp/runs/coder-gpu/cold_start/model --out "$OUT/heldout-completions.jsonl" \
     --set heldout.family=200 --set heldout.ood_long=50 --set heldout.ood_pairs=50 2>&1 | tail -3
   cp /tmp/runs/coder-gpu/summary.json "$OUT/coder-gpu-summary.json" 2>/dev/null
